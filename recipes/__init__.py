@@ -1,0 +1,1 @@
+"""Recipes: data only. Each *.toml is one capability; presets.toml lists preset images."""

@@ -1,0 +1,1 @@
+"""The Textual interface; started lazily by hpcwizard.cli."""

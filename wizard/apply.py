@@ -1,0 +1,236 @@
+"""Do it: for each step, run its check and skip it when the system already matches, else run
+exactly its rendered text, streaming output as events; stop at the first failure with a
+diagnosis. Undo runs the recorded undo texts of the done steps, newest first.
+
+Events go to a sink (a callable): the CLI prints them, the TUI turns them into messages.
+A Runner runs shell text as the right user; tests pass a fake one.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional, Protocol, Sequence
+
+from .diagnose import Diagnosis, diagnose
+from .record import Record, now
+
+CHECK_TIMEOUT = 60.0
+
+
+# --- events ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StepStarted:
+    index: int
+    total: int
+    id: str
+    title: str
+    undo: bool = False
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    index: int
+    line: str
+
+
+@dataclass(frozen=True)
+class StepFinished:
+    index: int
+    id: str
+    status: str  # done | skipped | failed | interrupted | undone | undo-failed
+    exit_code: int
+    seconds: float
+    diagnoses: Sequence[Diagnosis] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class RunFinished:
+    status: str  # done | failed | interrupted | undone | undo-failed
+    record: str
+
+
+Sink = Callable[[object], None]
+
+
+# --- running shell text as the right user -----------------------------------------------------
+
+class Runner(Protocol):
+    def check(self, as_: str, text: str) -> bool: ...
+
+    def run(self, as_: str, text: str, on_line: Callable[[str], None]) -> int: ...
+
+
+class ShellRunner:
+    """Runs step text with bash. Root steps run directly as root or through 'sudo -n' (never
+    a password prompt mid-run); user steps run as the target user (runuser when root)."""
+
+    def __init__(self, target_user: str, uid: Optional[int] = None):
+        self.target_user = target_user
+        self.uid = os.geteuid() if uid is None else uid
+        self.current = _current_user()
+        self.child: Optional[subprocess.Popen] = None
+
+    def argv(self, as_: str, text: str, strict: bool = True) -> List[str]:
+        bash = ["bash", "-euo", "pipefail", "-c", text] if strict else ["bash", "-c", text]
+        if as_ == "root":
+            return bash if self.uid == 0 else ["sudo", "-n", "--", *bash]
+        if self.target_user in ("", self.current):
+            return bash
+        if self.uid == 0:
+            return ["runuser", "-u", self.target_user, "--", *bash]
+        return ["sudo", "-n", "-u", self.target_user, "--", *bash]
+
+    def check(self, as_: str, text: str) -> bool:
+        if not text.strip():
+            return False
+        try:
+            return subprocess.run(self.argv(as_, text, strict=False), cwd="/",
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, timeout=CHECK_TIMEOUT).returncode == 0
+        except subprocess.TimeoutExpired:
+            return False
+
+    def run(self, as_: str, text: str, on_line: Callable[[str], None]) -> int:
+        # The child's stdin is /dev/null: a command that would prompt fails instead of hanging.
+        proc = subprocess.Popen(self.argv(as_, text), cwd="/", stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                env=_child_env())
+        self.child = proc
+        try:
+            assert proc.stdout is not None
+            for raw in proc.stdout:
+                on_line(raw.decode("utf-8", "replace").rstrip("\n"))
+            return proc.wait()
+        except BaseException:
+            # Interrupted (Ctrl-C): the child got SIGINT from the terminal too; give it a
+            # moment to finish its own cleanup (temporary files, traps), then make sure.
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait()
+            raise
+        finally:
+            self.child = None
+
+
+def _current_user() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return ""
+
+
+def _child_env() -> dict:
+    env = dict(os.environ)
+    env.setdefault("LC_ALL", "C.UTF-8")  # tools' messages in English: diagnoses match them
+    env["DEBIAN_FRONTEND"] = "noninteractive"
+    return env
+
+
+# --- apply ----------------------------------------------------------------------------------
+
+def _tail(lines: List[str], n: int = 200) -> List[str]:
+    return lines[-n:]
+
+
+def apply_record(record: Record, runner: Runner, sink: Sink) -> str:
+    """Apply the steps in record (pending ones), updating it after each. Returns the final
+    status: done | failed | interrupted."""
+    steps = record.steps
+    total = len(steps)
+    record.set_status("running")
+    record.log(f"== hpcwizard apply {now()} ({total} steps)")
+    for i, step in enumerate(steps):
+        if step["status"] in ("done", "skipped"):
+            continue
+        sink(StepStarted(i, total, step["id"], step["title"]))
+        record.log(f"\n== [{i + 1}/{total}] {step['id']}: {step['title']}")
+        started = time.monotonic()
+        record.update_step(i, status="running", started=now())
+        try:
+            if runner.check(step["as"], step["check"]):
+                record.log("already done (its check passed): skipped")
+                _finish(record, sink, i, step, "skipped", 0, started)
+                continue
+            output: List[str] = []
+
+            def on_line(line: str) -> None:
+                output.append(line)
+                record.log(line)
+                sink(StepOutput(i, line))
+
+            code = runner.run(step["as"], step["run"], on_line)
+            if code == 0 and not runner.check(step["as"], step["check"]):
+                code = 1
+                on_line("hpcwizard: the step ran, but its check still fails")
+        except KeyboardInterrupt:
+            _finish(record, sink, i, step, "interrupted", 130, started)
+            record.set_status("interrupted")
+            sink(RunFinished("interrupted", str(record.path)))
+            return "interrupted"
+        if code != 0:
+            found = diagnose(_tail(output))
+            _finish(record, sink, i, step, "failed", code, started, found)
+            record.set_status("failed")
+            sink(RunFinished("failed", str(record.path)))
+            return "failed"
+        _finish(record, sink, i, step, "done", 0, started)
+    record.set_status("done")
+    sink(RunFinished("done", str(record.path)))
+    return "done"
+
+
+def _finish(record: Record, sink: Sink, i: int, step: dict, status: str, code: int,
+            started: float, found: Sequence[Diagnosis] = ()) -> None:
+    seconds = round(time.monotonic() - started, 3)
+    diagnosis = " | ".join(f"{d.cause} {d.fix}" for d in found)
+    record.update_step(i, status=status, exit_code=code, ended=now(), seconds=seconds,
+                       diagnosis=diagnosis)
+    record.log(f"-- {status} (exit {code}, {seconds:.1f}s)")
+    sink(StepFinished(i, step["id"], status, code, seconds, tuple(found)))
+
+
+def undo_record(record: Record, runner: Runner, sink: Sink) -> str:
+    """Undo the done steps, newest first. Steps without undo text stay as they are (their
+    note says why). Returns undone | undo-failed."""
+    steps = record.steps
+    todo = [i for i in range(len(steps) - 1, -1, -1)
+            if steps[i]["status"] in ("done", "failed", "interrupted", "undo-failed")]
+    record.log(f"\n== hpcwizard undo {now()} ({len(todo)} steps)")
+    result = "undone"
+    for i in todo:
+        step = steps[i]
+        sink(StepStarted(i, len(steps), step["id"], step["title"], undo=True))
+        started = time.monotonic()
+        if not step["undo"].strip():
+            record.log(f"== {step['id']}: nothing to undo ({step.get('note', '')})")
+            sink(StepOutput(i, f"nothing to undo: {step.get('note', '')}"))
+            sink(StepFinished(i, step["id"], "done", 0, 0.0))
+            continue
+        record.log(f"== undo {step['id']}")
+
+        def on_line(line: str) -> None:
+            record.log(line)
+            sink(StepOutput(i, line))
+
+        try:
+            code = runner.run(step["as"], step["undo"], on_line)
+        except KeyboardInterrupt:
+            record.set_status("interrupted")
+            sink(RunFinished("interrupted", str(record.path)))
+            return "interrupted"
+        status = "undone" if code == 0 else "undo-failed"
+        if code != 0:
+            result = "undo-failed"
+        record.update_step(i, status=status, ended=now())
+        sink(StepFinished(i, step["id"], status, code, round(time.monotonic() - started, 3)))
+    record.set_status(result)
+    sink(RunFinished(result, str(record.path)))
+    return result

@@ -1,0 +1,265 @@
+"""What can be configured? Loads recipes/*.toml and presets.toml and checks them, so that a
+mistake in a recipe is a load error naming file and step, not a broken shell at run time.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+
+from .compat import tomllib
+
+# The values a recipe may use; plan.py supplies each, already validated.
+PLACEHOLDERS = frozenset({"ssh_port", "user", "group", "home", "peers", "host_key"})
+# The facts and choices a step may depend on; plan.py evaluates each.
+CONDITIONS = frozenset({
+    "target_root", "target_user", "host_keys_pinned", "host_keys_off",
+    "systemd", "no_systemd", "family_debian", "family_rhel",
+})
+KINDS = ("shell", "file", "block", "dropin")
+FRAMEWORKS = ("mpi", "pytorch")
+NETWORKS = ("tcp", "ib")
+PACKAGE_MANAGERS = ("apt", "dnf", "yum")
+NOT_RECIPES = ("diagnoses.toml",)  # data that lives beside the recipes but is not one
+_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+_ID = re.compile(r"^[a-z][a-z0-9-]*$")
+
+
+class RecipeError(ValueError):
+    """A recipe file is wrong; the message names the file and the step."""
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    id: str
+    title: str
+    as_: str  # root | user
+    kind: str = "shell"
+    when: Tuple[str, ...] = ()
+    check: str = ""
+    run: str = ""
+    undo: str = ""
+    note: str = ""
+    validate: str = ""  # run after the change; on failure the change is taken back
+    path: str = ""
+    fallback: str = ""  # dropin: the file that gets a marked block when there is no Include
+    include: str = ""  # dropin: extended regex that finds the Include line in fallback
+    content: str = ""
+    content_cmd: str = ""
+    mode: str = "0644"
+    position: str = "end"  # block: where a new block goes, "top" or "end" of the file
+    i18n: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # {"zh": {"title": ...}}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    id: str
+    title: str
+    why: str
+    frameworks: Tuple[str, ...]
+    networks: Tuple[str, ...]
+    order: int
+    packages: Mapping[str, Tuple[str, ...]]
+    steps: Tuple[StepSpec, ...]
+    path: str
+    i18n: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+    def applies(self, framework: str, network: str) -> bool:
+        return framework in self.frameworks and network in self.networks
+
+
+@dataclass(frozen=True)
+class Preset:
+    id: str
+    image: str
+    title: str
+    frameworks: Tuple[str, ...]
+    networks: Tuple[str, ...]
+    provides: Tuple[str, ...]
+    cuda: str = ""
+    user: str = "root"
+    i18n: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Catalog:
+    recipes: Tuple[Recipe, ...]
+    presets: Tuple[Preset, ...]
+
+    def for_choices(self, framework: str, network: str) -> List[Recipe]:
+        return sorted((r for r in self.recipes if r.applies(framework, network)), key=lambda r: r.order)
+
+    def preset_for(self, framework: str, network: str) -> Optional[Preset]:
+        return next((p for p in self.presets if framework in p.frameworks and network in p.networks), None)
+
+
+def _recipe_files(directory: Optional[Path]) -> Iterable:
+    """The shipped recipes by default, read through importlib.resources so that they load
+    from an installed wheel, an editable checkout and a zipapp alike."""
+    if directory is not None:
+        files = list(Path(directory).glob("*.toml"))
+    else:
+        files = [f for f in resources.files("hpcwizard.recipes").iterdir() if f.name.endswith(".toml")]
+    return sorted((f for f in files if f.name not in NOT_RECIPES), key=lambda f: f.name)
+
+
+def load_catalog(directory: Optional[Path] = None) -> Catalog:
+    recipes = []
+    presets: Tuple[Preset, ...] = ()
+    for path in _recipe_files(directory):
+        data = _read(path)
+        if path.name == "presets.toml":
+            presets = _presets(path, data)
+        else:
+            recipes.append(_recipe(path, data))
+    ids = [r.id for r in recipes]
+    dup = {i for i in ids if ids.count(i) > 1}
+    if dup:
+        raise RecipeError(f"recipes: recipe id {sorted(dup)[0]!r} is used by two files")
+    return Catalog(tuple(recipes), presets)
+
+
+def _read(path) -> dict:
+    try:
+        return tomllib.loads(path.read_bytes().decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise RecipeError(f"{path.name}: not valid TOML: {exc}") from None
+
+
+def _strings(where: str, value: object, allowed: Tuple[str, ...] = ()) -> Tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise RecipeError(f"{where}: expected a list of strings")
+    bad = [v for v in value if allowed and v not in allowed]
+    if bad:
+        raise RecipeError(f"{where}: {bad[0]!r} is not one of {', '.join(allowed)}")
+    return tuple(value)
+
+
+def _i18n(data: dict) -> Dict[str, Dict[str, str]]:
+    """Translations sit beside the text they translate: title_zh = '...'."""
+    out: Dict[str, Dict[str, str]] = {}
+    for key, value in data.items():
+        if isinstance(value, str) and re.match(r"^[a-z]+_(zh|en)$", key):
+            base, lang = key.rsplit("_", 1)
+            out.setdefault(lang, {})[base] = value
+    return out
+
+
+def _recipe(path, data: dict) -> Recipe:
+    name = path.name
+    for key in ("id", "title", "why"):
+        if not isinstance(data.get(key), str) or not data[key].strip():
+            raise RecipeError(f"{name}: missing '{key}'")
+    if not _ID.match(data["id"]):
+        raise RecipeError(f"{name}: id {data['id']!r} must be lower-case letters, digits and '-'")
+    packages = data.get("packages", {})
+    if not isinstance(packages, dict):
+        raise RecipeError(f"{name}: [packages] must be a table")
+    pk = {}
+    for manager, names in packages.items():
+        if manager not in PACKAGE_MANAGERS:
+            raise RecipeError(f"{name}: [packages] {manager!r} is not one of {', '.join(PACKAGE_MANAGERS)}")
+        pk[manager] = _strings(f"{name}: packages.{manager}", names)
+        for pkg in pk[manager]:
+            if not re.match(r"^[A-Za-z0-9][A-Za-z0-9.+_-]*$", pkg):
+                raise RecipeError(f"{name}: package name {pkg!r} is not valid")
+    steps = tuple(_step(name, i, s) for i, s in enumerate(data.get("steps", [])))
+    step_ids = [s.id for s in steps]
+    for sid in step_ids:
+        if step_ids.count(sid) > 1 and not _exclusive(steps, sid):
+            raise RecipeError(f"{name}: step id {sid!r} is used twice with overlapping 'when'")
+    return Recipe(
+        id=data["id"], title=data["title"], why=data["why"],
+        frameworks=_strings(f"{name}: frameworks", data.get("frameworks", []), FRAMEWORKS),
+        networks=_strings(f"{name}: networks", data.get("networks", list(NETWORKS)), NETWORKS),
+        order=int(data.get("order", 50)), packages=pk, steps=steps, path=str(path),
+        i18n=_i18n(data),
+    )
+
+
+def _exclusive(steps: Tuple[StepSpec, ...], sid: str) -> bool:
+    """Two steps may share an id when their conditions can never both hold (root/user)."""
+    opposite = {"target_root": "target_user", "host_keys_pinned": "host_keys_off",
+                "systemd": "no_systemd", "family_debian": "family_rhel"}
+    opposite.update({v: k for k, v in opposite.items()})
+    same = [s for s in steps if s.id == sid]
+    return all(any(opposite.get(c) in b.when for c in a.when)
+               for i, a in enumerate(same) for b in same[i + 1:])
+
+
+def _step(name: str, index: int, data: dict) -> StepSpec:
+    sid = data.get("id")
+    where = f"{name}: step {sid or index + 1}"
+    if not isinstance(sid, str) or not _ID.match(sid):
+        raise RecipeError(f"{where}: missing or invalid 'id'")
+    known = {f for f in StepSpec.__dataclass_fields__ if f not in ("as_", "i18n")} | {"as"}
+    unknown = [k for k in data if k not in known and not re.match(r"^[a-z]+_(zh|en)$", k)]
+    if unknown:
+        raise RecipeError(f"{where}: unknown key {unknown[0]!r}")
+    kind = data.get("kind", "shell")
+    if kind not in KINDS:
+        raise RecipeError(f"{where}: kind {kind!r} is not one of {', '.join(KINDS)}")
+    as_ = data.get("as", "root")
+    if as_ not in ("root", "user"):
+        raise RecipeError(f"{where}: 'as' must be 'root' or 'user'")
+    when = _strings(f"{where}: when", data.get("when", []), tuple(sorted(CONDITIONS)))
+    spec = StepSpec(
+        id=sid, title=str(data.get("title", "")), as_=as_, kind=kind, when=when,
+        **{k: str(data[k]) for k in ("check", "run", "undo", "note", "validate", "path",
+                                     "fallback", "include", "content", "content_cmd", "mode", "position")
+           if k in data},
+        i18n=_i18n(data),
+    )
+    if not spec.title:
+        raise RecipeError(f"{where}: missing 'title'")
+    if kind == "shell":
+        if not spec.check.strip():
+            raise RecipeError(f"{where}: missing 'check' (how to tell the step is already done)")
+        if not spec.run.strip():
+            raise RecipeError(f"{where}: missing 'run'")
+        if not spec.undo.strip() and not spec.note.strip():
+            raise RecipeError(f"{where}: changes the system but has neither 'undo' nor 'note'")
+        if spec.validate:
+            raise RecipeError(f"{where}: 'validate' belongs to file, block and dropin steps")
+    else:
+        if not spec.path:
+            raise RecipeError(f"{where}: kind {kind!r} needs 'path'")
+        if not spec.content and not spec.content_cmd:
+            raise RecipeError(f"{where}: kind {kind!r} needs 'content' or 'content_cmd'")
+        if spec.check or spec.run or spec.undo:
+            raise RecipeError(f"{where}: kind {kind!r} renders its own check, run and undo")
+        if spec.position not in ("top", "end"):
+            raise RecipeError(f"{where}: position must be 'top' or 'end'")
+        if kind == "dropin" and not (spec.fallback and spec.include):
+            raise RecipeError(f"{where}: kind 'dropin' needs 'fallback' and 'include'")
+        if not re.match(r"^0[0-7]{3}$", spec.mode):
+            raise RecipeError(f"{where}: mode {spec.mode!r} must be octal like 0644")
+    for key in ("check", "run", "undo", "validate", "path", "fallback", "content", "content_cmd",
+                "title", "note"):
+        for ph in _PLACEHOLDER.findall(getattr(spec, key)):
+            if ph not in PLACEHOLDERS:
+                raise RecipeError(f"{where}: unknown placeholder {{{{{ph}}}}} in '{key}'")
+    return spec
+
+
+def _presets(path, data: dict) -> Tuple[Preset, ...]:
+    out = []
+    for i, p in enumerate(data.get("presets", [])):
+        where = f"{path.name}: preset {p.get('id', i + 1)}"
+        for key in ("id", "image", "title"):
+            if not isinstance(p.get(key), str) or not p[key]:
+                raise RecipeError(f"{where}: missing '{key}'")
+        out.append(Preset(
+            id=p["id"], image=p["image"], title=p["title"],
+            frameworks=_strings(f"{where}: frameworks", p.get("frameworks", []), FRAMEWORKS),
+            networks=_strings(f"{where}: networks", p.get("networks", []), NETWORKS),
+            provides=_strings(f"{where}: provides", p.get("provides", [])),
+            cuda=str(p.get("cuda", "")), user=str(p.get("user", "root")), i18n=_i18n(p),
+        ))
+    return tuple(out)
+
+
+def substitute(text: str, values: Mapping[str, str]) -> str:
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], text)

@@ -1,0 +1,50 @@
+"""What did the user ask for? Choices are validated as they are made, so that a plan is only
+ever built from values that are safe to put in shell text."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping
+
+from . import validate
+
+FRAMEWORKS = ("mpi", "pytorch")
+NETWORKS = ("tcp", "ib")
+MODES = ("auto", "preset", "manual")
+HOST_KEY_POLICIES = ("pinned", "off")
+UCX_SOURCES = ("distro", "url")
+
+
+@dataclass(frozen=True)
+class Choices:
+    framework: str = "mpi"
+    network: str = "tcp"
+    mode: str = "auto"  # auto: follow the recommendation; preset; manual: configure here
+    user: str = ""  # the job's user; "" means the user running hpcwizard
+    ssh_port: int = 2222
+    host_keys: str = "pinned"
+    peers: str = "*"  # ssh_config Host pattern the client settings apply to
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def make_choices(**raw: Any) -> Choices:
+    """Build Choices from user input (CLI, TUI, a record), raising BadInput on the first bad
+    value. Unknown keys are ignored so that a newer record's choices still load."""
+    fields = {f.name for f in dataclasses.fields(Choices)}
+    values = {k: v for k, v in raw.items() if k in fields and v is not None}
+    c = Choices(**values)
+    validate.choice("framework", c.framework, FRAMEWORKS)
+    validate.choice("network", c.network, NETWORKS)
+    validate.choice("mode", c.mode, MODES)
+    validate.choice("host-key policy", c.host_keys, HOST_KEY_POLICIES)
+    port = validate.port(c.ssh_port)
+    if c.user:
+        validate.user_name(c.user)
+    validate.host_pattern(c.peers)
+    return dataclasses.replace(c, ssh_port=port)
+
+
+def choices_from_mapping(data: Mapping[str, Any]) -> Choices:
+    return make_choices(**dict(data))

@@ -1,0 +1,52 @@
+"""Why did it fail? Matches output against the known failure signatures in
+recipes/diagnoses.toml and returns cause and fix in plain words."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Iterable, List, Mapping, Tuple
+
+from .compat import tomllib
+
+
+@dataclass(frozen=True)
+class Signature:
+    id: str
+    pattern: "re.Pattern[str]"
+    cause: str
+    fix: str
+    i18n: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    id: str
+    cause: str
+    fix: str
+    line: str  # the line of output that matched
+    i18n: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+
+@lru_cache(maxsize=1)
+def signatures() -> Tuple[Signature, ...]:
+    text = resources.files("hpcwizard.recipes").joinpath("diagnoses.toml").read_text("utf-8")
+    out = []
+    for s in tomllib.loads(text)["signature"]:
+        i18n = {"zh": {k[:-3]: v for k, v in s.items() if k.endswith("_zh")}}
+        out.append(Signature(s["id"], re.compile(s["pattern"], re.IGNORECASE), s["cause"],
+                             s["fix"], i18n))
+    return tuple(out)
+
+
+def diagnose(lines: Iterable[str]) -> List[Diagnosis]:
+    """Every signature found in lines, once each, in the order they first appear."""
+    found: List[Diagnosis] = []
+    seen = set()
+    for line in lines:
+        for sig in signatures():
+            if sig.id not in seen and sig.pattern.search(line):
+                seen.add(sig.id)
+                found.append(Diagnosis(sig.id, sig.cause, sig.fix, line.strip(), sig.i18n))
+    return found

@@ -1,0 +1,95 @@
+"""The same plan as a file a user can keep. `setup`: one bash script holding every step's
+exact check, run and undo text (the same rendering review shows and apply runs), idempotent
+(each step guarded by its check) and reversible (`setup.sh --undo`)."""
+from __future__ import annotations
+
+import shlex
+from typing import List
+
+from . import __version__
+from .plan import Plan
+
+_DELIM = "HPCWIZARD_STEP"
+
+_PRELUDE = r'''set -euo pipefail
+cd /
+
+TARGET_USER=__TARGET__
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo -n -- "$@"; fi
+}
+
+as_user() {
+  if [ "$(id -un)" = "$TARGET_USER" ]; then "$@"
+  elif [ "$(id -u)" -eq 0 ]; then runuser -u "$TARGET_USER" -- "$@"
+  else sudo -n -u "$TARGET_USER" -- "$@"
+  fi
+}
+
+run_step() {
+  local n=$1 as=$2 title=$3 check=$4 run=$5
+  if "as_$as" bash -c "$check" >/dev/null 2>&1; then
+    echo "[$n] $title: already done"
+    return 0
+  fi
+  echo "[$n] $title"
+  "as_$as" bash -euo pipefail -c "$run"
+}
+
+undo_step() {
+  local n=$1 as=$2 title=$3 undo=$4
+  if [ -z "$undo" ]; then
+    echo "[$n] $title: nothing to undo"
+    return 0
+  fi
+  echo "[$n] undo: $title"
+  "as_$as" bash -euo pipefail -c "$undo"
+}
+'''
+
+
+def _text(name: str, text: str) -> List[str]:
+    if f"\n{_DELIM}\n" in f"\n{text}\n":
+        raise ValueError("step text contains the heredoc delimiter")
+    return [f"{name}=$(cat <<'{_DELIM}'", text, _DELIM, ")"]
+
+
+def setup_script(plan: Plan) -> str:
+    c = plan.choices
+    out = [
+        "#!/usr/bin/env bash",
+        f"# Written by hpcwizard {__version__}: the same steps as 'hpcwizard apply', as one script.",
+        f"# framework={c.framework} network={c.network} user={plan.target.user} "
+        f"ssh_port={c.ssh_port} host_keys={c.host_keys} peers={c.peers}",
+        f"# planned on: {plan.os_label}",
+        "# Run as root, or as a user with passwordless sudo.",
+        "#   bash setup.sh          apply (steps already done are skipped)",
+        "#   bash setup.sh --undo   take every step back, newest first",
+    ]
+    if c.host_keys == "off":
+        out.append("# WARNING: host keys are not checked (--host-keys off).")
+    out.append(_PRELUDE.replace("__TARGET__", shlex.quote(plan.target.user)))
+    calls, undos = [], []
+    for n, step in enumerate(plan.steps, 1):
+        out.append(f"# [{n}] {step.id}: {step.title}")
+        if step.note:
+            out.append(f"# {step.note}")
+        out += _text(f"S{n}_CHECK", step.check)
+        out += _text(f"S{n}_RUN", step.run)
+        out += _text(f"S{n}_UNDO", step.undo) if step.undo else [f"S{n}_UNDO=''"]
+        out.append("")
+        title = shlex.quote(step.title)
+        calls.append(f'  run_step {n} {step.as_} {title} "$S{n}_CHECK" "$S{n}_RUN"')
+        undos.insert(0, f'  undo_step {n} {step.as_} {title} "$S{n}_UNDO"')
+    out += [
+        'if [ "${1:-}" = "--undo" ]; then',
+        *(undos or ["  :"]),
+        "  echo 'hpcwizard: undone'",
+        "else",
+        *(calls or ["  :"]),
+        "  echo 'hpcwizard: done'",
+        "fi",
+        "",
+    ]
+    return "\n".join(out)

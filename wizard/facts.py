@@ -1,0 +1,203 @@
+"""What is this machine? Frozen dataclasses, JSON-serialisable, with no behaviour beyond
+small derived properties. Detection fills them (hpcwizard.detect); everything else reads them.
+
+Unknown is always representable: a string field is "" or "unknown", an optional number is
+None, and the reason lands in Facts.notes. Nothing here touches the system.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional, Tuple
+
+# Families decide package names and the package manager's command line.
+FAMILIES = ("debian", "rhel", "suse", "alpine", "unknown")
+PACKAGE_MANAGERS = ("apt", "dnf", "yum", "zypper", "apk", "")
+SUDO_MODES = ("root", "nopasswd", "password", "none", "unknown")
+
+
+@dataclass(frozen=True)
+class OsInfo:
+    id: str = "unknown"
+    version_id: str = ""
+    pretty_name: str = ""
+    id_like: Tuple[str, ...] = ()
+    family: str = "unknown"
+    package_manager: str = ""  # apt | dnf | yum | zypper | apk | "" (none found)
+
+
+@dataclass(frozen=True)
+class UserInfo:
+    name: str = "unknown"
+    uid: int = -1
+    gid: int = -1
+    home: str = ""
+    sudo: str = "unknown"  # root | nopasswd | password | none | unknown
+
+    @property
+    def is_root(self) -> bool:
+        return self.uid == 0
+
+    @property
+    def can_change_system(self) -> bool:
+        """True when system steps can run without asking anybody for anything."""
+        return self.sudo in ("root", "nopasswd")
+
+
+@dataclass(frozen=True)
+class Runtime:
+    container: str = "unknown"  # docker | podman | kubernetes | lxc | containerd | none | unknown
+    pid1: str = ""  # the command name of PID 1
+    jupyter: bool = False
+
+    @property
+    def systemd(self) -> bool:
+        return self.pid1 == "systemd"
+
+
+@dataclass(frozen=True)
+class Iface:
+    name: str
+    state: str = "unknown"  # UP | DOWN | UNKNOWN
+    mac: str = ""
+    addresses: Tuple[str, ...] = ()  # CIDR notation, v4 and v6
+
+
+@dataclass(frozen=True)
+class Port:
+    hca: str
+    number: int
+    state: str = "unknown"  # ACTIVE | DOWN | INIT | ARMED | unknown
+    phys_state: str = "unknown"  # LinkUp | Polling | Disabled | ...
+    rate_gbps: Optional[float] = None
+    link_layer: str = "unknown"  # InfiniBand | Ethernet
+    netdev: str = ""
+
+    @property
+    def active(self) -> bool:
+        return self.state.upper() == "ACTIVE"
+
+    @property
+    def name(self) -> str:
+        """The form UCX_NET_DEVICES and NCCL_IB_HCA use: mlx5_0:1."""
+        return f"{self.hca}:{self.number}"
+
+
+@dataclass(frozen=True)
+class Hca:
+    name: str
+    driver: str = ""  # mlx5_core, rdma_rxe, siw, ...
+    vendor_id: str = ""  # PCI vendor, 0x15b3 for Mellanox/NVIDIA
+    fw_version: str = ""
+    ports: Tuple[Port, ...] = ()
+
+    @property
+    def software(self) -> bool:
+        """rxe and siw are RDMA emulated over ordinary Ethernet: no speed-up."""
+        return self.driver in ("rdma_rxe", "rxe", "siw") or self.name.startswith(("rxe", "siw"))
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    memory_mib: Optional[int] = None
+    driver: str = ""
+    cuda: str = ""  # highest CUDA the driver supports, from nvidia-smi's header
+
+
+@dataclass(frozen=True)
+class Rdma:
+    uverbs: Tuple[str, ...] = ()  # /dev/infiniband/uverbs* present in this container
+    memlock_kib: Optional[int] = None  # None = unlimited (or unknown: see notes)
+    memlock_unlimited: bool = False
+    peermem: bool = False  # nvidia_peermem loaded (GPUDirect RDMA)
+
+
+@dataclass(frozen=True)
+class Software:
+    ssh_version: str = ""
+    sshd_path: str = ""
+    sshd_version: str = ""
+    ssh_port_listening: Optional[bool] = None
+    mpi_flavour: str = ""  # openmpi | mpich | intelmpi | ""
+    mpi_version: str = ""
+    ompi_pml: Tuple[str, ...] = ()  # MCA pml components ompi_info lists (ucx, ob1, cm...)
+    ompi_btl: Tuple[str, ...] = ()
+    ucx_version: str = ""
+    ucx_transports: Tuple[str, ...] = ()
+    torch_version: str = ""
+    nccl_version: str = ""
+    torch_cuda: str = ""
+    # Installed packages by name -> version. None means "could not tell" (no dpkg/rpm, or it
+    # failed); an empty dict means the query worked and found nothing.
+    packages: Optional[Dict[str, str]] = None
+
+    @property
+    def ompi_has_ucx(self) -> bool:
+        return "ucx" in self.ompi_pml
+
+
+@dataclass(frozen=True)
+class Facts:
+    os: OsInfo = field(default_factory=OsInfo)
+    user: UserInfo = field(default_factory=UserInfo)
+    runtime: Runtime = field(default_factory=Runtime)
+    hostname: str = ""
+    cpus: Optional[int] = None
+    memory_mib: Optional[int] = None
+    ifaces: Tuple[Iface, ...] = ()
+    hcas: Tuple[Hca, ...] = ()
+    gpus: Tuple[Gpu, ...] = ()
+    rdma: Rdma = field(default_factory=Rdma)
+    software: Software = field(default_factory=Software)
+    mirrors_reachable: Optional[bool] = None
+    notes: Tuple[str, ...] = ()  # why something is unknown, in plain words
+    warnings: Tuple[str, ...] = ()  # what will break a job
+
+    @property
+    def active_ports(self) -> Tuple[Port, ...]:
+        return tuple(p for h in self.hcas if not h.software for p in h.ports if p.active)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "Facts":
+        return _build(cls, data)
+
+
+def _build(cls: Any, data: Any) -> Any:
+    """Rebuild nested frozen dataclasses from asdict() output (records, JSON, fixtures).
+
+    Unknown keys are ignored so that an older hpcwizard can read a newer record's facts.
+    """
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        kwargs[f.name] = _coerce(hints[f.name], data[f.name])
+    return cls(**kwargs)
+
+
+def _coerce(tp: Any, value: Any) -> Any:
+    import typing
+
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value)
+    if origin is tuple:
+        inner = args[0]
+        return tuple(_coerce(inner, v) for v in value)
+    if origin is typing.Union:  # Optional[X]
+        if value is None:
+            return None
+        inner = next(a for a in args if a is not type(None))
+        return _coerce(inner, value)
+    if origin is dict:
+        return dict(value)
+    return value

@@ -1,0 +1,171 @@
+"""What was done? A TOML record, rewritten atomically after every step so that a crash or a
+signal leaves a true one, and a full log beside it. Both readable by their owner alone.
+
+A record holds the exact commands that ran and their undo, so `undo` and `replay` need
+nothing else. It never holds key material: only paths and commands.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import tomli_w
+
+from . import __version__
+from .compat import tomllib
+from .validate import BadInput
+
+SCHEMA = 1
+STATUSES = ("pending", "running", "done", "skipped", "failed", "interrupted", "undone",
+            "undo-failed")
+
+
+def state_dir() -> Path:
+    """Where records and logs go: $HPCWIZARD_STATE_DIR, else the platform's user state
+    directory (~/.local/state/hpcwizard on Linux)."""
+    env = os.environ.get("HPCWIZARD_STATE_DIR")
+    if env:
+        return Path(env)
+    from platformdirs import user_state_path
+
+    return user_state_path("hpcwizard")
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).astimezone().isoformat(timespec="seconds")
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write data to path atomically (temporary file, fsync, rename), mode 0600."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+class Record:
+    """The record of one apply (or undo) run; `data` is exactly what the TOML file holds."""
+
+    def __init__(self, path: Path, data: Dict[str, Any]):
+        self.path = Path(path)
+        self.data = data
+
+    # --- creation and loading -------------------------------------------------------------
+
+    @classmethod
+    def new(cls, plan: Any, facts: Any, path: Optional[Path] = None) -> "Record":
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        c = plan.choices
+        if path is None:
+            path = state_dir() / "records" / f"{stamp}-{c.framework}-{c.network}.toml"
+        path = Path(path)
+        data: Dict[str, Any] = {
+            "schema": SCHEMA,
+            "tool": f"hpcwizard {__version__}",
+            "created": now(),
+            "host": socket.gethostname(),
+            "status": "pending",
+            "log": str(path.with_suffix(".log")),
+            "choices": c.to_dict(),
+            "target": {"user": plan.target.user, "uid": plan.target.uid, "home": plan.target.home},
+            "facts": facts_summary(facts),
+            "recommendation": {"path": plan.recommendation.path,
+                               "reasons": list(plan.recommendation.reasons)},
+            "steps": [dict(s.to_dict(), status="pending", started="", ended="", exit_code=-1,
+                           seconds=0.0, diagnosis="") for s in plan.steps],
+        }
+        return cls(path, data)
+
+    @classmethod
+    def load(cls, path: Path) -> "Record":
+        path = Path(path)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            raise BadInput(f"record {path} does not exist") from None
+        except OSError as exc:
+            raise BadInput(f"record {path} cannot be read: {exc.strerror}") from None
+        try:
+            data = tomllib.loads(raw.decode("utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise BadInput(f"record {path} is not a valid TOML file: {exc}") from None
+        schema = data.get("schema")
+        if not isinstance(schema, int):
+            raise BadInput(f"record {path} has no schema version: it is not an hpcwizard record")
+        if schema > SCHEMA:
+            raise BadInput(f"record {path} has schema {schema}, newer than this hpcwizard "
+                           f"understands ({SCHEMA}): upgrade hpcwizard")
+        steps = data.get("steps")
+        if not isinstance(steps, list) or not isinstance(data.get("choices"), dict) \
+                or not isinstance(data.get("target"), dict) \
+                or not all(isinstance(s, dict) and {"id", "status", "as", "run", "undo"} <= set(s)
+                           for s in steps):
+            raise BadInput(f"record {path} is incomplete (truncated or edited): missing steps, "
+                           "choices or target")
+        return cls(path, data)
+
+    # --- updates --------------------------------------------------------------------------
+
+    @property
+    def log_path(self) -> Path:
+        return Path(self.data["log"])
+
+    @property
+    def steps(self) -> List[Dict[str, Any]]:
+        return self.data["steps"]
+
+    def set_status(self, status: str) -> None:
+        self.data["status"] = status
+        self.data["updated"] = now()
+        self.save()
+
+    def update_step(self, index: int, **fields: Any) -> None:
+        self.steps[index].update(fields)
+        self.data["updated"] = now()
+        self.save()
+
+    def save(self) -> None:
+        write_private(self.path, tomli_w.dumps(self.data).encode("utf-8"))
+
+    def log(self, text: str) -> None:
+        """Append to the log beside the record (created 0600)."""
+        path = self.log_path
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(str(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "a", encoding="utf-8") as fh:
+            fh.write(text if text.endswith("\n") else text + "\n")
+
+
+def facts_summary(facts: Any) -> Dict[str, Any]:
+    """Enough of the facts to understand a record later, with no None (TOML has none)."""
+    return {
+        "os": facts.os.pretty_name or facts.os.id,
+        "family": facts.os.family,
+        "package_manager": facts.os.package_manager,
+        "user": facts.user.name,
+        "uid": facts.user.uid,
+        "sudo": facts.user.sudo,
+        "container": facts.runtime.container,
+        "pid1": facts.runtime.pid1,
+        "hostname": facts.hostname,
+        "cpus": facts.cpus or 0,
+        "gpus": [g.name for g in facts.gpus],
+        "rdma_ports": [f"{p.name} {p.state} {p.rate_gbps or 0:g} Gb/s {p.link_layer}"
+                       for h in facts.hcas for p in h.ports],
+        "mpi": f"{facts.software.mpi_flavour} {facts.software.mpi_version}".strip(),
+    }

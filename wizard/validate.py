@@ -1,0 +1,83 @@
+"""Is this value safe and sensible? Every value a user gives is checked here, once, before
+it reaches a plan; the plan then renders shell text only from checked values.
+
+Each function returns the normalised value or raises BadInput with one line a person can
+act on. The CLI turns BadInput into exit status 2; the TUI shows it at the field.
+"""
+from __future__ import annotations
+
+import re
+from typing import List
+
+
+class BadInput(ValueError):
+    """One line naming the problem; shown as is, never with a traceback."""
+
+
+# POSIX portable user names as useradd accepts them (NAME_REGEX of adduser, plus '.').
+_USER = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
+# RFC 1123 host names: labels of letters, digits and inner hyphens, dots between.
+_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+# ssh_config Host patterns: host-name characters plus the wildcards * and ?.
+_PATTERN = re.compile(r"^[A-Za-z0-9.*?_-]{1,253}$")
+_SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
+
+
+def port(value: object) -> int:
+    text = str(value).strip()
+    if not text.isdigit():
+        raise BadInput(f"port {value!r} is not a number: give a TCP port from 1 to 65535")
+    number = int(text)
+    if not 1 <= number <= 65535:
+        raise BadInput(f"port {number} is out of range: give a TCP port from 1 to 65535")
+    return number
+
+
+def user_name(value: str) -> str:
+    if not _USER.match(value or ""):
+        raise BadInput(
+            f"user name {value!r} is not valid: use lower-case letters, digits, '_', '-', '.',"
+            " starting with a letter or '_', at most 32 characters"
+        )
+    return value
+
+
+def host_name(value: str) -> str:
+    value = (value or "").strip()
+    if len(value) > 253 or not value or not all(_LABEL.match(p) for p in value.split(".")):
+        raise BadInput(
+            f"host name {value!r} is not valid: use letters, digits, '-' and '.', "
+            "no spaces or other characters"
+        )
+    return value
+
+
+def host_list(value: str) -> List[str]:
+    names = [n.strip() for n in (value or "").split(",") if n.strip()]
+    if not names:
+        raise BadInput("the host list is empty: give names separated by commas, e.g. node1,node2")
+    checked = [host_name(n) for n in names]
+    if len(set(checked)) != len(checked):
+        raise BadInput(f"the host list {value!r} names a host twice")
+    return checked
+
+
+def host_pattern(value: str) -> str:
+    if not _PATTERN.match(value or ""):
+        raise BadInput(
+            f"host pattern {value!r} is not valid: use host-name characters and the wildcards"
+            " * and ?, e.g. 'job-*'"
+        )
+    return value
+
+
+def sha256(value: str) -> str:
+    if not _SHA256.match(value or ""):
+        raise BadInput(f"sha256 {value!r} is not 64 hexadecimal digits")
+    return value.lower()
+
+
+def choice(name: str, value: str, allowed: "tuple[str, ...]") -> str:
+    if value not in allowed:
+        raise BadInput(f"{name} {value!r} is not one of: {', '.join(allowed)}")
+    return value
