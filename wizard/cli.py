@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ex = sub.add_parser("export", help="write the plan as a file")
     _add_choices(ex)
-    ex.add_argument("--format", choices=("setup",), required=True)
+    ex.add_argument("--format", choices=("setup", "dockerfile", "launch"), required=True)
     ex.add_argument("-o", "--output", help="file to write (default: standard output)")
 
     u = sub.add_parser("undo", help="take back what a record says was done")
@@ -221,11 +221,11 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from .export import setup_script
+    from .export import render_export
     from .record import write_private
 
     _, plan = _plan(args)
-    text = setup_script(plan)
+    text = render_export(plan, args.format)
     if not args.output:
         sys.stdout.write(text)
         return EXIT_OK

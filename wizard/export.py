@@ -93,3 +93,28 @@ def setup_script(plan: Plan) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+def export_formats() -> "dict[str, object]":
+    """Every export format by name -> function(plan) -> text. One registry for the CLI and
+    the TUI; the dockerfile and launch formats live in their own modules."""
+    formats: "dict[str, object]" = {"setup": setup_script}
+    try:
+        from .dockerfile import dockerfile
+        formats["dockerfile"] = dockerfile
+    except ImportError:
+        pass
+    try:
+        from .launch import launch_script
+        formats["launch"] = launch_script
+    except ImportError:
+        pass
+    return formats
+
+
+def render_export(plan: Plan, fmt: str) -> str:
+    formats = export_formats()
+    if fmt not in formats:
+        from .validate import BadInput
+        raise BadInput(f"export format {fmt!r} is not one of: {', '.join(formats)}")
+    return formats[fmt](plan)  # type: ignore[operator]

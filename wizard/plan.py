@@ -67,6 +67,10 @@ class Plan:
     steps: Tuple[Step, ...]
     warnings: Tuple[str, ...] = ()
     os_label: str = ""
+    # What a job launched on these instances needs, for the launch script and verify:
+    # environment (NCCL_IB_HCA, UCX_NET_DEVICES, ...) and extra mpirun arguments.
+    launch_env: Tuple[Tuple[str, str], ...] = ()
+    mpirun_args: Tuple[str, ...] = ()
 
     @property
     def needs_root(self) -> bool:
@@ -82,6 +86,8 @@ class Plan:
                                "preset": rec.preset.id if rec.preset else "",
                                "image": rec.preset.image if rec.preset else ""},
             "warnings": list(self.warnings),
+            "launch_env": dict(self.launch_env),
+            "mpirun_args": list(self.mpirun_args),
             "steps": [s.to_dict() for s in self.steps],
         }
 
@@ -255,4 +261,12 @@ def build_plan(facts: Facts, choices: Choices, catalog: Catalog) -> Plan:
     preset = catalog.preset_for(choices.framework, choices.network)
     rec = recommend(facts, choices, preset, steps_t, any(r.packages for r in recipes))
     label = facts.os.pretty_name or f"{facts.os.id} {facts.os.version_id}".strip()
-    return Plan(choices, target, rec, steps_t, tuple(warnings), label)
+    env, mpi_args = launch_settings(facts, choices)
+    return Plan(choices, target, rec, steps_t, tuple(warnings), label, env, mpi_args)
+
+
+def launch_settings(facts: Facts, choices: Choices) -> "tuple[Tuple[Tuple[str, str], ...], Tuple[str, ...]]":
+    """Environment and mpirun arguments a job needs on these instances."""
+    env = []
+    args = ["--mca", "plm_rsh_args", f"-p {choices.ssh_port}"]
+    return tuple(env), tuple(args)
