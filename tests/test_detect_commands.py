@@ -1,0 +1,316 @@
+"""detect() with fake commands first (and alone) on PATH: outputs, failures, hangs, concurrency."""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from hpcwizard.detect import core, detect, user as user_probe
+from hpcwizard.detect.core import Probe
+
+FIX = Path(__file__).parent / "fixtures"
+OUT = FIX / "outputs"
+SYSROOTS = FIX / "sysroots"
+SLEEP = shutil.which("sleep") or "/bin/sleep"
+
+
+def out(name: str) -> str:
+    return (OUT / name).read_text()
+
+
+def _case_pattern(pattern: str) -> str:
+    """A `case` pattern: literal text quoted, each `*` left as a glob."""
+    return "*".join(shlex.quote(part) if part else "" for part in pattern.split("*")) or "''"
+
+
+class FakeBin:
+    """A directory of /bin/sh scripts that answer like the real programs would."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.mkdir(parents=True, exist_ok=True)
+
+    def add(self, name: str, *cases) -> None:
+        """cases: (glob on "$*", stdout, stderr, rc[, delay seconds]); no match -> exit 127."""
+        lines = ["#!/bin/sh", 'case "$*" in']
+        for pattern, stdout, stderr, rc, *delay in cases:
+            body = []
+            if delay and delay[0]:
+                body.append(f"{SLEEP} {delay[0]}")
+            if stdout:
+                body.append(f"printf '%s' {shlex.quote(stdout)}")
+            if stderr:
+                body.append(f"printf '%s' {shlex.quote(stderr)} >&2")
+            body.append(f"exit {rc}")
+            lines.append(f"  {_case_pattern(pattern)}) " + "; ".join(body) + " ;;")
+        lines += ["esac", "exit 127", ""]
+        script = self.path / name
+        script.write_text("\n".join(lines))
+        script.chmod(0o755)
+
+
+@pytest.fixture
+def fakebin(tmp_path, monkeypatch):
+    fb = FakeBin(tmp_path / "bin")
+    monkeypatch.setenv("PATH", str(fb.path))  # only the fakes: no real tool leaks in
+    return fb
+
+
+def machine(tmp_path: Path, base: str = "debian12") -> Path:
+    """A writable copy of a fixture sysroot."""
+    dst = tmp_path / "root"
+    shutil.copytree(SYSROOTS / base, dst, symlinks=True)
+    return dst
+
+
+def add_full_toolset(fb: FakeBin) -> None:
+    fb.add("ssh", ("-V", "", out("ssh-V_debian12.txt"), 0))
+    fb.add("sshd", ("-V", "", out("sshd-V_ubuntu2204.txt"), 1))
+    fb.add("mpirun", ("--version", out("mpirun_openmpi-4.1.4.txt"), "", 0))
+    fb.add("ompi_info", ("", out("ompi_info_4.1.4_ucx.txt"), "", 0))
+    fb.add("ucx_info", ("-v", out("ucx_info-v_1.13.1.txt"), "", 0), ("-d", out("ucx_info-d.txt"), "", 0))
+    fb.add("nvidia-smi", ("--query-gpu=*", out("nvidia-smi_query_2xh100.csv"), "", 0),
+           ("", out("nvidia-smi_table_2xh100.txt"), "", 0))
+    fb.add("ibv_devinfo", ("", out("ibv_devinfo_mlx5_hdr.txt"), "", 0))
+    fb.add("sudo", ("-n true", "", "", 0))
+    fb.add("bash", ("-c ulimit -l", "unlimited\n", "", 0))
+    fb.add("python3", ("-c *", out("torch_probe_cuda.txt"), "", 0))
+    fb.add("dpkg-query", ("*", out("dpkg-query.txt"), "", 0))
+    fb.add("ip", ("-j addr", out("ip-j-addr.json"), "", 0))
+
+
+def test_everything_found_through_commands(tmp_path, fakebin):
+    add_full_toolset(fakebin)
+    r = machine(tmp_path)
+    (r / "var/lib/dpkg").mkdir(parents=True)
+    (r / "var/lib/dpkg/status").write_text("Package: dpkg\n")
+    f = detect(str(r), run_commands=True)
+    s = f.software
+    assert (s.ssh_version, s.sshd_path, s.sshd_version) == ("OpenSSH_9.2p1", "/usr/sbin/sshd", "OpenSSH_8.9p1")
+    assert (s.mpi_flavour, s.mpi_version) == ("openmpi", "4.1.4")
+    assert s.ompi_has_ucx and "vader" in s.ompi_btl
+    assert s.ucx_version == "1.13.1" and "rc_mlx5" in s.ucx_transports
+    assert (s.torch_version, s.torch_cuda, s.nccl_version) == ("2.3.1+cu121", "12.1", "2.20.5")
+    assert s.packages == {"openssh-client": "1:9.2p1-2+deb12u3", "openmpi-bin": "4.1.4-3+b1",
+                          "libucx0": "1.13.1-1"}
+    assert [g.index for g in f.gpus] == [0, 1]
+    assert all(g.cuda == "13.1" and g.memory_mib == 81559 and g.driver == "590.48.01" for g in f.gpus)
+    assert [i.name for i in f.ifaces] == ["lo", "eth0", "ib0"]  # from `ip -j addr`
+    (h,) = f.hcas  # the tree has no /sys/class/infiniband: ibv_devinfo supplies the HCA
+    assert h.name == "mlx5_0" and h.ports[0].active
+    assert any("read from ibv_devinfo" in n for n in f.notes)
+    assert f.user.sudo == ("root" if os.getuid() == 0 else "nopasswd")
+    assert not any(n.startswith("Commands were not run") for n in f.notes)
+
+
+def test_sysfs_and_ibv_devinfo_merge(tmp_path, fakebin):
+    fakebin.add("ibv_devinfo", ("", out("ibv_devinfo_mlx5_hdr.txt"), "", 0))
+    r = machine(tmp_path, "rdma-ib-hdr")
+    (r / "sys/class/infiniband/mlx5_0/fw_ver").unlink()
+    f = detect(str(r), run_commands=True)
+    (h,) = f.hcas
+    assert h.fw_version == "20.39.1002"  # filled from ibv_devinfo
+    assert h.vendor_id == "0x15b3"  # sysfs wins where it has a value
+    assert h.ports[0].rate_gbps == 200.0
+
+
+@pytest.mark.parametrize(
+    "fixture, flavour, version",
+    [("mpirun_mpich-4.0.txt", "mpich", "4.0"), ("mpirun_intelmpi-2021.10.txt", "intelmpi", "2021.10")],
+)
+def test_other_mpi_flavours(tmp_path, fakebin, fixture, flavour, version):
+    fakebin.add("mpirun", ("--version", out(fixture), "", 0))
+    f = detect(str(machine(tmp_path)), run_commands=True)
+    assert (f.software.mpi_flavour, f.software.mpi_version) == (flavour, version)
+    assert f.software.ompi_pml == ()
+
+
+def test_open_mpi_without_ucx(tmp_path, fakebin):
+    fakebin.add("mpirun", ("--version", out("mpirun_openmpi-4.1.4.txt"), "", 0))
+    fakebin.add("ompi_info", ("", out("ompi_info_4.1.2_noucx.txt"), "", 0))
+    f = detect(str(machine(tmp_path)), run_commands=True)
+    assert f.software.mpi_flavour == "openmpi"
+    assert not f.software.ompi_has_ucx
+
+
+def test_nothing_installed(tmp_path, fakebin):
+    f = detect(str(machine(tmp_path, "centos7")), run_commands=True)
+    s = f.software
+    assert (s.ssh_version, s.mpi_flavour, s.ucx_version, s.torch_version) == ("", "", "", "")
+    assert s.packages is None
+    assert f.gpus == ()
+    assert any("nvidia-smi is not installed" in n for n in f.notes)
+    assert any("No python3" in n for n in f.notes)
+    assert any("Installed packages are unknown" in n for n in f.notes)
+
+
+def test_nvidia_smi_failing_without_devices_is_a_note(tmp_path, fakebin):
+    fakebin.add("nvidia-smi", ("*", out("nvidia-smi_failed.txt"), "", 9))
+    f = detect(str(machine(tmp_path)), run_commands=True)
+    assert f.gpus == ()
+    assert any("couldn't communicate with the NVIDIA driver" in n for n in f.notes)
+    assert f.warnings == ()
+
+
+def test_nvidia_smi_failing_with_devices_is_a_warning(tmp_path, fakebin):
+    fakebin.add("nvidia-smi", ("*", out("nvidia-smi_failed.txt"), "", 9))
+    r = machine(tmp_path)
+    (r / "dev").mkdir()
+    (r / "dev/nvidia0").touch()
+    f = detect(str(r), run_commands=True)
+    assert f.gpus == ()
+    assert any("couldn't communicate" in w and "cannot be used" in w for w in f.warnings)
+
+
+def test_ibv_devinfo_no_devices_is_not_an_error(tmp_path, fakebin):
+    fakebin.add("ibv_devinfo", ("", "", out("ibv_devinfo_none.txt"), 255))
+    f = detect(str(machine(tmp_path)), run_commands=True)
+    assert f.hcas == ()
+    assert f.warnings == ()
+    assert not any("ibv_devinfo" in n for n in f.notes)
+
+
+def test_ibv_devinfo_sees_nothing_but_kernel_has_hca(tmp_path, fakebin):
+    fakebin.add("ibv_devinfo", ("", "", out("ibv_devinfo_none.txt"), 255))
+    f = detect(str(machine(tmp_path, "rdma-ib-hdr")), run_commands=True)
+    assert len(f.hcas) == 1
+    assert any("ibv_devinfo sees no device" in w for w in f.warnings)
+
+
+def test_ibv_devinfo_only_two_hcas_without_uverbs(tmp_path, fakebin):
+    fakebin.add("ibv_devinfo", ("", out("ibv_devinfo_two_hcas.txt"), "", 0))
+    f = detect(str(machine(tmp_path)), run_commands=True)
+    assert [p.name for p in f.active_ports] == ["mlx4_1:1", "rocep1s0f0:1"]
+    assert any("started without the InfiniBand devices" in w for w in f.warnings)
+
+
+@pytest.mark.parametrize("limit, warned", [("64\n", True), ("unlimited\n", False)])
+def test_memlock_limit_with_rdma_ports(tmp_path, fakebin, limit, warned):
+    fakebin.add("bash", ("-c ulimit -l", limit, "", 0))
+    f = detect(str(machine(tmp_path, "rdma-ib-hdr")), run_commands=True)
+    assert f.rdma.memlock_unlimited is (not warned)
+    assert f.rdma.memlock_kib == (64 if warned else None)
+    assert any("64 KiB, not unlimited" in w for w in f.warnings) is warned
+
+
+def test_memlock_limit_without_rdma_is_no_warning(tmp_path, fakebin):
+    fakebin.add("bash", ("-c ulimit -l", "64\n", "", 0))
+    f = detect(str(machine(tmp_path)), run_commands=True)
+    assert f.rdma.memlock_kib == 64
+    assert f.warnings == ()
+
+
+def test_rpm_packages(tmp_path, fakebin):
+    fakebin.add("rpm", ("*", out("rpm-qa.txt"), "", 0))
+    r = machine(tmp_path, "rocky9")
+    (r / "var/lib/rpm").mkdir(parents=True)
+    (r / "var/lib/rpm/rpmdb.sqlite").touch()
+    f = detect(str(r), run_commands=True)
+    assert f.software.packages is not None and f.software.packages["ucx"] == "1.15.0-2.el9"
+
+
+def test_torch_not_installed_is_empty_without_note(tmp_path, fakebin):
+    fakebin.add("python3", ("-c *", out("torch_probe_missing.txt"), "", 0))
+    f = detect(str(machine(tmp_path)), run_commands=True)
+    assert f.software.torch_version == ""
+    assert not any("torch" in n.lower() for n in f.notes)
+
+
+def test_torch_broken_import_is_a_note(tmp_path, fakebin):
+    fakebin.add("python3", ("-c *", 'HPCWIZARD-TORCH {"torch": "", "cuda": "", "nccl": "", '
+                            '"error": "OSError: libcudnn.so.9: cannot open shared object file"}\n', "", 0))
+    f = detect(str(machine(tmp_path)), run_commands=True)
+    assert any("libcudnn" in n for n in f.notes)
+
+
+# --- sudo --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "rc, stderr, mode",
+    [(0, "", "nopasswd"), (1, "sudo: a password is required\n", "password"),
+     (1, "ana is not in the sudoers file.  This incident will be reported.\n", "none")],
+)
+def test_sudo_modes_for_a_normal_user(tmp_path, fakebin, monkeypatch, rc, stderr, mode):
+    fakebin.add("sudo", ("-n true", "", stderr, rc))
+    monkeypatch.setattr(user_probe.os, "getuid", lambda: 4321)
+    f = detect(str(machine(tmp_path)), run_commands=True)
+    assert f.user.uid == 4321
+    assert f.user.sudo == mode
+
+
+def test_no_sudo_for_a_normal_user(tmp_path, fakebin, monkeypatch):
+    monkeypatch.setattr(user_probe.os, "getuid", lambda: 4321)
+    assert detect(str(machine(tmp_path)), run_commands=True).user.sudo == "none"
+
+
+# --- failures, hangs, concurrency --------------------------------------------------------
+
+def test_hanging_command_becomes_a_note_and_detect_returns(tmp_path, fakebin):
+    fakebin.add("ssh", ("-V", "", out("ssh-V_debian12.txt"), 0))
+    fakebin.add("mpirun", ("*", "", "", 0, 30))
+    start = time.monotonic()
+    f = detect(str(machine(tmp_path)), run_commands=True, timeout=1.0)
+    assert time.monotonic() - start < 4
+    assert f.software.mpi_flavour == ""
+    assert any("mpirun --version" in n and "did not finish within 1 s" in n for n in f.notes)
+    assert f.software.ssh_version == "OpenSSH_9.2p1"  # the other probes were not held up
+
+
+def test_probes_run_concurrently(tmp_path, fakebin):
+    # Each of these takes a second per call; run one after another they would take over 7 s.
+    fakebin.add("ssh", ("-V", "", out("ssh-V_debian12.txt"), 0, 1))
+    fakebin.add("mpirun", ("--version", out("mpirun_mpich-4.0.txt"), "", 0, 1))
+    fakebin.add("ucx_info", ("-v", out("ucx_info-v_1.13.1.txt"), "", 0, 1), ("-d", "", "", 0))
+    fakebin.add("nvidia-smi", ("--query-gpu=*", out("nvidia-smi_query_2xh100.csv"), "", 0, 1),
+                ("", out("nvidia-smi_table_2xh100.txt"), "", 0))
+    fakebin.add("ibv_devinfo", ("", "", out("ibv_devinfo_none.txt"), 255, 1))
+    fakebin.add("python3", ("-c *", out("torch_probe_cpu.txt"), "", 0, 1))
+    fakebin.add("bash", ("-c ulimit -l", "unlimited\n", "", 0, 1))
+    fakebin.add("ip", ("-j addr", out("ip-j-addr.json"), "", 0, 1))
+    start = time.monotonic()
+    f = detect(str(machine(tmp_path)), run_commands=True, timeout=5.0)
+    elapsed = time.monotonic() - start
+    assert elapsed < 3.5, elapsed
+    assert f.software.mpi_flavour == "mpich" and len(f.gpus) == 2 and f.software.torch_version
+
+
+def test_probe_that_raises_becomes_a_note(tmp_path, monkeypatch):
+    def boom(ctx, found):
+        found.set("gpus", "garbage that must not land in Facts")
+        raise RuntimeError("boom")
+
+    probes = [p if p.name != "gpu" else Probe("gpu", "the GPUs", boom) for p in core.PROBES]
+    monkeypatch.setattr(core, "PROBES", probes)
+    f = detect(str(SYSROOTS / "debian12"))
+    assert f.gpus == ()
+    assert "Could not check the GPUs: RuntimeError: boom" in f.notes
+    assert f.os.family == "debian"  # everything else still detected
+
+
+def test_probe_that_never_finishes_is_cut_off(monkeypatch):
+    def slow(ctx, found):
+        time.sleep(3)
+        found.set("cpus", 999)
+
+    monkeypatch.setattr(core, "PROBES", list(core.PROBES) + [Probe("slow", "the slow thing", slow)])
+    start = time.monotonic()
+    f = detect(str(SYSROOTS / "debian12"), timeout=0.2)  # deadline: 4 x 0.2 + 1 = 1.8 s
+    assert time.monotonic() - start < 2.8
+    assert any("the slow thing did not finish" in n for n in f.notes)
+    assert f.cpus == 4
+
+
+def test_unknown_fact_from_a_probe_is_a_note_not_a_crash(monkeypatch):
+    def typo(ctx, found):
+        found.set("software.mpi_flavor", "openmpi")
+        found.set("cpu_count", 3)
+
+    monkeypatch.setattr(core, "PROBES", list(core.PROBES) + [Probe("typo", "a typo", typo)])
+    f = detect(str(SYSROOTS / "debian12"))
+    assert f.software.mpi_flavour == ""
+    assert "Internal: a probe reported an unknown fact 'software.mpi_flavor'." in f.notes
+    assert "Internal: a probe reported an unknown fact 'cpu_count'." in f.notes

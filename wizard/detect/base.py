@@ -1,0 +1,102 @@
+"""What every probe gets (`Context`) and gives back (`Found`).
+
+A probe is `probe(ctx, found) -> None`: it reads files under `ctx.sysroot` through the
+helpers here, runs commands through `ctx.run` (only when `ctx.run_commands`), and records
+values, notes and warnings in `found`. It never touches `Facts` directly; `core` merges.
+"""
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from .run import Result, run
+
+
+@dataclass
+class Context:
+    sysroot: str = "/"
+    run_commands: bool = True
+    timeout: float = 5.0
+    ssh_port: int = 2222
+    # The process environment that matters for the machine (Jupyter, Kubernetes). Empty for
+    # a foreign sysroot: this process's variables say nothing about that tree.
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def local(self) -> bool:
+        """True when sysroot is this machine's own root."""
+        return os.path.realpath(self.sysroot) == "/"
+
+    def path(self, rel: str) -> str:
+        return os.path.join(self.sysroot, rel.lstrip("/"))
+
+    def read(self, rel: str) -> Optional[str]:
+        """The file's text (stripped of nothing), or None when it cannot be read."""
+        try:
+            with open(self.path(rel), encoding="utf-8", errors="replace") as fh:
+                return fh.read()
+        except (OSError, ValueError):
+            return None
+
+    def read_value(self, rel: str) -> Optional[str]:
+        """A one-value sysfs/procfs file, stripped; None when missing or unreadable."""
+        text = self.read(rel)
+        return None if text is None else text.strip()
+
+    def read_bytes(self, rel: str) -> Optional[bytes]:
+        try:
+            with open(self.path(rel), "rb") as fh:
+                return fh.read()
+        except OSError:
+            return None
+
+    def exists(self, rel: str) -> bool:
+        return os.path.lexists(self.path(rel))
+
+    def isdir(self, rel: str) -> bool:
+        return os.path.isdir(self.path(rel))
+
+    def listdir(self, rel: str) -> List[str]:
+        try:
+            return sorted(os.listdir(self.path(rel)))
+        except OSError:
+            return []
+
+    def readlink_name(self, rel: str) -> str:
+        """The last component of a symlink's target ('' when it is not a symlink)."""
+        try:
+            return os.path.basename(os.readlink(self.path(rel)).rstrip("/"))
+        except OSError:
+            return ""
+
+    def glob(self, pattern: str) -> List[str]:
+        """Paths matching pattern under sysroot, returned as they are on that machine."""
+        root = self.path("")
+        hits = sorted(glob.glob(self.path(pattern)))
+        return ["/" + os.path.relpath(h, root) for h in hits]
+
+    def run(self, argv: Sequence[str], timeout: Optional[float] = None) -> Optional[Result]:
+        """Run a command (callers check run_commands first); None when it is not installed."""
+        if not self.run_commands:
+            raise RuntimeError("commands are disabled for this detection")
+        return run(argv, timeout=self.timeout if timeout is None else timeout)
+
+
+@dataclass
+class Found:
+    """What one probe learned. Keys are Facts fields ("cpus") or dotted ("software.mpi_version")."""
+
+    values: Dict[str, Any] = field(default_factory=dict)
+    notes: List[str] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)
+
+    def set(self, key: str, value: Any) -> None:
+        self.values[key] = value
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+    def warn(self, text: str) -> None:
+        self.warnings.append(text)

@@ -1,0 +1,87 @@
+"""Where does this run: which container, what is PID 1, is it a Jupyter terminal?"""
+from __future__ import annotations
+
+import socket
+from typing import Dict, Mapping, Optional
+
+from ..facts import Runtime
+from .base import Context, Found
+
+# Words in /proc/1/cgroup paths -> container kind, checked in this order.
+CGROUP_HINTS = (
+    ("kubepods", "kubernetes"),
+    ("libpod", "podman"),
+    ("docker", "docker"),
+    ("containerd", "containerd"),
+    ("cri-o", "kubernetes"),
+    ("crio", "kubernetes"),
+    ("lxc", "lxc"),
+)
+
+
+def parse_environ(data: bytes) -> Dict[str, str]:
+    """/proc/<pid>/environ (NUL-separated KEY=value) -> dict."""
+    env: Dict[str, str] = {}
+    for item in data.split(b"\0"):
+        if b"=" in item:
+            key, _, value = item.partition(b"=")
+            env[key.decode(errors="replace")] = value.decode(errors="replace")
+    return env
+
+
+def container_from_cgroup(text: str) -> Optional[str]:
+    """The container kind named in /proc/1/cgroup, or None (cgroup v2 shows just '0::/')."""
+    for line in text.splitlines():
+        path = line.split(":", 2)[-1].lower()
+        for hint, kind in CGROUP_HINTS:
+            if hint in path:
+                return kind
+    return None
+
+
+def jupyter_from_env(env: Mapping[str, str]) -> bool:
+    return any(
+        k in ("JPY_PARENT_PID", "JUPYTER_SERVER_ROOT", "JUPYTER_SERVER_URL", "JPY_SESSION_NAME")
+        or k.startswith("JUPYTERHUB_")
+        for k in env
+    )
+
+
+def container_kind(ctx: Context, pid1_env: Mapping[str, str], cgroup: Optional[str]) -> str:
+    if ctx.env.get("KUBERNETES_SERVICE_HOST") or pid1_env.get("KUBERNETES_SERVICE_HOST"):
+        return "kubernetes"
+    if ctx.exists("run/.containerenv"):
+        return "podman"
+    if ctx.exists(".dockerenv"):
+        return "docker"
+    declared = pid1_env.get("container", "").strip().lower()
+    if declared:
+        return {"oci": "docker", "systemd-nspawn": "nspawn"}.get(declared, declared)
+    if cgroup is not None:
+        return container_from_cgroup(cgroup) or "none"
+    return "unknown"
+
+
+def probe(ctx: Context, found: Found) -> None:
+    raw_env = ctx.read_bytes("proc/1/environ")
+    pid1_env = parse_environ(raw_env) if raw_env is not None else {}
+    cgroup = ctx.read("proc/1/cgroup")
+    kind = container_kind(ctx, pid1_env, cgroup)
+    if kind == "unknown":
+        found.note("Could not tell whether this is a container (no /proc/1/cgroup to read).")
+    pid1 = ctx.read_value("proc/1/comm") or ""
+    if not pid1:
+        found.note("Could not read /proc/1/comm: the init process (PID 1) is unknown.")
+    jupyter = jupyter_from_env(ctx.env) or jupyter_from_env(pid1_env) or "jupyter" in pid1
+    found.set("runtime", Runtime(container=kind, pid1=pid1, jupyter=jupyter))
+
+
+def probe_hostname(ctx: Context, found: Found) -> None:
+    if ctx.local:
+        name = socket.gethostname()
+    else:
+        words = (ctx.read_value("etc/hostname") or "").split()
+        name = words[0] if words else ""
+    if not name:
+        found.note("The host name is unknown (no /etc/hostname).")
+    found.set("hostname", name)

@@ -1,0 +1,274 @@
+"""What is installed: ssh/sshd (and is port 2222 served), MPI, UCX, PyTorch/NCCL, packages.
+
+Several probes live here, one per program family, so that they run concurrently. torch is
+only ever imported in a separate `python3` process, never in hpcwizard's.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Dict, List, Tuple
+
+from .base import Context, Found
+
+SSHD_PLACES = ("usr/sbin/sshd", "usr/local/sbin/sshd", "sbin/sshd", "usr/bin/sshd")
+
+TORCH_SCRIPT = r"""
+import json
+out = {"torch": "", "cuda": "", "nccl": ""}
+try:
+    import torch
+except Exception as exc:
+    out["error"] = type(exc).__name__ + ": " + str(exc)
+else:
+    out["torch"] = str(torch.__version__)
+    out["cuda"] = str(torch.version.cuda or "")
+    try:
+        v = torch.cuda.nccl.version()
+        out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+    except Exception:
+        pass
+print("HPCWIZARD-TORCH " + json.dumps(out))
+"""
+
+
+# --- parsers -----------------------------------------------------------------------------
+
+_OPENSSH = re.compile(r"OpenSSH_[0-9][0-9A-Za-z.]*")
+
+
+def parse_ssh_version(text: str) -> str:
+    """'OpenSSH_9.2p1 Debian-2+deb12u3, OpenSSL 3.0.15 ...' -> 'OpenSSH_9.2p1' ('' if none)."""
+    m = _OPENSSH.search(text)
+    return m.group(0) if m else ""
+
+
+# `sshd -V` prints the version (newer OpenSSH), or "unknown option -- V", the version and
+# the usage (older ones): the same search finds it in both.
+parse_sshd_version = parse_ssh_version
+
+
+def parse_proc_net_tcp(text: str, port: int = 2222) -> bool:
+    """True when /proc/net/tcp{,6} text has a socket in LISTEN (0A) on the local port."""
+    want = f"{port:04X}"
+    for line in text.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) < 4 or ":" not in parts[1]:
+            continue
+        if parts[1].rsplit(":", 1)[1].upper() == want and parts[3].upper() == "0A":
+            return True
+    return False
+
+
+def parse_mpirun_version(text: str) -> Tuple[str, str]:
+    """`mpirun --version` -> (flavour, version); ("", "") when not recognised."""
+    m = re.search(r"\(Open MPI\)\s+(\S+)", text) or re.search(r"\(OpenRTE\)\s+(\S+)", text)
+    if m:
+        return "openmpi", m.group(1)
+    if "Intel(R) MPI Library" in text:
+        m = re.search(r"Version\s+([0-9][\w.]*)", text)
+        return "intelmpi", m.group(1) if m else ""
+    if "HYDRA build details" in text or "MPICH" in text:
+        m = re.search(r"^\s*Version:\s+(\S+)", text, flags=re.MULTILINE)
+        return "mpich", m.group(1) if m else ""
+    return "", ""
+
+
+def parse_ompi_info(text: str) -> Dict[str, object]:
+    """ompi_info -> {"version": "4.1.4", "pml": (...), "btl": (...)} (components in order)."""
+    version = ""
+    m = re.search(r"^\s*Open MPI:\s+(\S+)", text, flags=re.MULTILINE)
+    if m:
+        version = m.group(1)
+    comps: Dict[str, List[str]] = {"pml": [], "btl": []}
+    for m in re.finditer(r"^\s*MCA (\w+):\s+([\w-]+)\s+\(", text, flags=re.MULTILINE):
+        kind, name = m.group(1), m.group(2)
+        if kind in comps and name not in comps[kind]:
+            comps[kind].append(name)
+    return {"version": version, "pml": tuple(comps["pml"]), "btl": tuple(comps["btl"])}
+
+
+def parse_ucx_version(text: str) -> str:
+    """`ucx_info -v` -> '1.13.1'. Handles '# Library version: X', '# UCT version=X', '# Version X'."""
+    for pat in (
+        r"Library version:\s*([0-9][\w.]*)",
+        r"UCT version=([0-9][\w.]*)",
+        r"^#\s*Version\s+([0-9][\w.]*)",
+    ):
+        m = re.search(pat, text, flags=re.MULTILINE)
+        if m:
+            return m.group(1)
+    return ""
+
+
+def parse_ucx_transports(text: str) -> Tuple[str, ...]:
+    """`ucx_info -d` -> transport names, first-seen order, no repeats."""
+    seen: List[str] = []
+    for m in re.finditer(r"^#\s*Transport:\s*(\S+)", text, flags=re.MULTILINE):
+        if m.group(1) not in seen:
+            seen.append(m.group(1))
+    return tuple(seen)
+
+
+def parse_torch_probe(text: str) -> Dict[str, str]:
+    """The line our TORCH_SCRIPT prints -> {"torch", "cuda", "nccl"[, "error"]}."""
+    for line in text.splitlines():
+        if line.startswith("HPCWIZARD-TORCH "):
+            data = json.loads(line[len("HPCWIZARD-TORCH "):])
+            return {k: str(v) for k, v in data.items() if v is not None}
+    raise ValueError("no result line from the torch probe")
+
+
+def parse_dpkg_query(text: str) -> Dict[str, str]:
+    """Package<TAB>status-abbrev<TAB>version lines -> {name: version} for installed ('ii')."""
+    out: Dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 3 and parts[1].startswith("ii"):
+            out[parts[0]] = parts[2].strip()
+    return out
+
+
+def parse_rpm_qa(text: str) -> Dict[str, str]:
+    """NAME<TAB>VERSION-RELEASE lines -> {name: version-release}."""
+    out: Dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 2 and parts[0]:
+            out[parts[0]] = parts[1].strip()
+    return out
+
+
+# --- probes ------------------------------------------------------------------------------
+
+def find_sshd(ctx: Context) -> str:
+    for rel in SSHD_PLACES:
+        if ctx.exists(rel):
+            return "/" + rel
+    if ctx.local and ctx.run_commands:
+        from .run import which
+
+        return which("sshd") or ""
+    return ""
+
+
+def probe_ssh(ctx: Context, found: Found) -> None:
+    """ssh client version, sshd path and version, and whether anything listens on ctx.ssh_port."""
+    tcp_texts = [t for t in (ctx.read("proc/net/tcp"), ctx.read("proc/net/tcp6")) if t is not None]
+    if tcp_texts:
+        found.set(
+            "software.ssh_port_listening",
+            any(parse_proc_net_tcp(t, ctx.ssh_port) for t in tcp_texts),
+        )
+    else:
+        found.note(f"Could not read /proc/net/tcp: whether port {ctx.ssh_port} is served is unknown.")
+
+    sshd = find_sshd(ctx)
+    found.set("software.sshd_path", sshd)
+    if not ctx.run_commands:
+        return
+    res = ctx.run(["ssh", "-V"])
+    if res is not None:
+        version = parse_ssh_version(res.output)
+        found.set("software.ssh_version", version)
+        if not version:
+            found.note(f"`ssh -V` printed no OpenSSH version ({res.first_line()}).")
+    if sshd:
+        exe = sshd if ctx.local else "sshd"
+        res = ctx.run([exe, "-V"])
+        version = parse_sshd_version(res.output) if res is not None else ""
+        if res is not None and not version:
+            res = ctx.run([exe, "-h"])
+            version = parse_sshd_version(res.output) if res is not None else ""
+        if not version:
+            found.note(f"{sshd} is installed but its version could not be read.")
+        found.set("software.sshd_version", version)
+
+
+def probe_mpi(ctx: Context, found: Found) -> None:
+    if not ctx.run_commands:
+        return
+    res = ctx.run(["mpirun", "--version"])
+    flavour = version = ""
+    if res is not None:
+        flavour, version = parse_mpirun_version(res.output)
+        if not flavour:
+            found.note(f"`mpirun --version` did not name a known MPI ({res.first_line()}).")
+    if flavour in ("openmpi", ""):
+        info = ctx.run(["ompi_info"])
+        if info is not None and info.ok:
+            parsed = parse_ompi_info(info.stdout)
+            found.set("software.ompi_pml", parsed["pml"])
+            found.set("software.ompi_btl", parsed["btl"])
+            if not flavour and parsed["version"]:
+                flavour, version = "openmpi", str(parsed["version"])
+        elif info is not None:
+            found.note(f"`ompi_info` failed ({info.first_line()}): Open MPI's transports are unknown.")
+    found.set("software.mpi_flavour", flavour)
+    found.set("software.mpi_version", version)
+
+
+def probe_ucx(ctx: Context, found: Found) -> None:
+    if not ctx.run_commands:
+        return
+    res = ctx.run(["ucx_info", "-v"])
+    if res is None:
+        return
+    version = parse_ucx_version(res.output)
+    if not version:
+        found.note(f"`ucx_info -v` printed no version ({res.first_line()}).")
+    found.set("software.ucx_version", version)
+    dev = ctx.run(["ucx_info", "-d"])
+    if dev is not None and dev.ok:
+        found.set("software.ucx_transports", parse_ucx_transports(dev.stdout))
+    elif dev is not None:
+        found.note(f"`ucx_info -d` failed ({dev.first_line()}): UCX transports are unknown.")
+
+
+def probe_torch(ctx: Context, found: Found) -> None:
+    if not ctx.run_commands:
+        return
+    # Importing torch reads gigabytes of libraries on a cold disk: allow it more time.
+    res = ctx.run(["python3", "-c", TORCH_SCRIPT], timeout=ctx.timeout * 3)
+    if res is None:
+        found.note("No python3 on PATH: PyTorch is unknown.")
+        return
+    try:
+        data = parse_torch_probe(res.stdout)
+    except ValueError:
+        found.note(f"python3 could not run the PyTorch check ({res.first_line()}).")
+        return
+    if data.get("error") and "No module named" not in data["error"]:
+        found.note(f"python3 cannot import torch: {data['error']}")
+    found.set("software.torch_version", data.get("torch", ""))
+    found.set("software.torch_cuda", data.get("cuda", ""))
+    found.set("software.nccl_version", data.get("nccl", ""))
+
+
+def probe_packages(ctx: Context, found: Found) -> None:
+    if not ctx.run_commands:
+        return
+    dpkg = ["dpkg-query", "-W", "-f=${Package}\t${db:Status-Abbrev}\t${Version}\n"]
+    rpm = ["rpm", "-qa", "--qf", "%{NAME}\t%{VERSION}-%{RELEASE}\n"]
+    if not ctx.local:  # ask about the sysroot's package database, not this machine's
+        dpkg.insert(1, f"--admindir={ctx.path('var/lib/dpkg')}")
+        rpm[1:1] = ["--root", ctx.path("")]
+    dbs = {"dpkg": ("var/lib/dpkg/status",), "rpm": ("var/lib/rpm", "usr/lib/sysimage/rpm")}
+    tried = []
+    for argv, parse in ((dpkg, parse_dpkg_query), (rpm, parse_rpm_qa)):
+        tool = "dpkg" if parse is parse_dpkg_query else "rpm"
+        if not any(ctx.exists(db) for db in dbs[tool]):
+            continue  # no database: the tool could only answer "nothing installed"
+        res = ctx.run(argv)
+        if res is None:
+            tried.append(f"{tool}'s database is here but `{argv[0]}` is not")
+            continue
+        if res.ok:
+            found.set("software.packages", parse(res.stdout))
+            return
+        tried.append(f"`{argv[0]}` failed ({res.first_line()})")
+    found.note(
+        "Installed packages are unknown: "
+        + ("; ".join(tried) if tried else "there is no dpkg or rpm database")
+        + "."
+    )
