@@ -175,38 +175,49 @@ def test_parse_torch_probe():
         software.parse_torch_probe("Traceback (most recent call last):\n")
 
 
-FAKE_TORCH = """
-__version__ = "2.4.0+cu124"
-class version:
-    cuda = "12.4"
-class cuda:
-    class nccl:
-        @staticmethod
-        def version():
-            return (2, 21, 5)
+FAKE_VERSION_PY = """
+from typing import Optional
+__version__ = '2.4.0+cu124'
+debug = False
+cuda: Optional[str] = '12.4'
 """
 
 
+def _fake_site(tmp_path, version_py, nccl=None, importable=True):
+    """A site directory holding a stand-in torch package (whose __init__ raises, to prove the
+    probe never imports it) and optionally an nvidia-nccl distribution's metadata."""
+    if version_py is not None:
+        pkg = tmp_path / "torch"
+        pkg.mkdir()
+        (pkg / "__init__.py").write_text("raise ImportError('the probe must not import torch')")
+        (pkg / "version.py").write_text(version_py)
+    if nccl:
+        dist = tmp_path / f"nvidia_nccl_cu12-{nccl}.dist-info"
+        dist.mkdir()
+        (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: nvidia-nccl-cu12\nVersion: {nccl}\n")
+    return tmp_path
+
+
 @pytest.mark.parametrize(
-    "module, expected",
+    "version_py, nccl, expected",
     [
-        (FAKE_TORCH, {"torch": "2.4.0+cu124", "cuda": "12.4", "nccl": "2.21.5"}),
-        (FAKE_TORCH.replace("return (2, 21, 5)", "raise RuntimeError('no NCCL')")
-         .replace('cuda = "12.4"', "cuda = None"),
+        (FAKE_VERSION_PY, "2.21.5", {"torch": "2.4.0+cu124", "cuda": "12.4", "nccl": "2.21.5"}),
+        (FAKE_VERSION_PY.replace("'12.4'", "None"), None,
          {"torch": "2.4.0+cu124", "cuda": "", "nccl": ""}),
-        ("raise ImportError('libtorch_cuda.so: cannot open shared object file')",
-         {"torch": "", "cuda": "", "nccl": "",
-          "error": "ImportError: libtorch_cuda.so: cannot open shared object file"}),
+        (None, None, {"torch": "", "cuda": "", "nccl": "",
+                      "error": "ModuleNotFoundError: No module named 'torch'"}),
     ],
 )
-def test_torch_script_in_a_subprocess(tmp_path, module, expected):
+def test_torch_script_in_a_subprocess(tmp_path, version_py, nccl, expected):
     import subprocess
     import sys
 
-    (tmp_path / "torch.py").write_text(module)  # a stand-in torch, found first on sys.path
-    res = subprocess.run([sys.executable, "-c", software.TORCH_SCRIPT], capture_output=True,
-                         text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path)})
-    assert software.parse_torch_probe(res.stdout) == expected
+    site = _fake_site(tmp_path, version_py, nccl)
+    # -S: no site-packages, so only the fake site (first on sys.path) can answer.
+    res = subprocess.run([sys.executable, "-S", "-c",
+                          f"import sys; sys.path.insert(0, {str(site)!r}); exec({software.TORCH_SCRIPT!r})"],
+                         capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert software.parse_torch_probe(res.stdout) == expected, res.stderr
     assert "torch" not in sys.modules  # hpcwizard's own process never imports it
 
 

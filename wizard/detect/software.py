@@ -14,18 +14,34 @@ from .base import Context, Found
 SSHD_PLACES = ("usr/sbin/sshd", "usr/local/sbin/sshd", "sbin/sshd", "usr/bin/sshd")
 
 TORCH_SCRIPT = r"""
-import json
+# Reads what is installed without importing torch: an import costs seconds and gigabytes
+# of libraries. verify imports it for real when it matters.
+import json, os, re
 out = {"torch": "", "cuda": "", "nccl": ""}
 try:
-    import torch
+    import importlib.util
+    spec = importlib.util.find_spec("torch")
 except Exception as exc:
-    out["error"] = type(exc).__name__ + ": " + str(exc)
+    spec = None
+if spec is None or not spec.origin:
+    out["error"] = "ModuleNotFoundError: No module named 'torch'"
 else:
-    out["torch"] = str(torch.__version__)
-    out["cuda"] = str(torch.version.cuda or "")
     try:
-        v = torch.cuda.nccl.version()
-        out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+        with open(os.path.join(os.path.dirname(spec.origin), "version.py")) as fh:
+            text = fh.read()
+    except OSError as exc:
+        text = ""
+        out["error"] = "OSError: " + str(exc)
+    m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", text, re.M)
+    out["torch"] = m.group(1) if m else ""
+    m = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]*)['\"]", text, re.M)
+    out["cuda"] = m.group(1) if m else ""
+    try:
+        import importlib.metadata as md
+        for dist in md.distributions():
+            if (dist.metadata["Name"] or "").lower().startswith("nvidia-nccl"):
+                out["nccl"] = dist.version
+                break
     except Exception:
         pass
 print("HPCWIZARD-TORCH " + json.dumps(out))
@@ -228,8 +244,7 @@ def probe_ucx(ctx: Context, found: Found) -> None:
 def probe_torch(ctx: Context, found: Found) -> None:
     if not ctx.run_commands:
         return
-    # Importing torch reads gigabytes of libraries on a cold disk: allow it more time.
-    res = ctx.run(["python3", "-c", TORCH_SCRIPT], timeout=ctx.timeout * 3)
+    res = ctx.run(["python3", "-c", TORCH_SCRIPT], timeout=ctx.timeout)
     if res is None:
         found.note("No python3 on PATH: PyTorch is unknown.")
         return
