@@ -38,12 +38,14 @@ else:
     out["cuda"] = m.group(1) if m else ""
     try:
         import importlib.metadata as md
-        for dist in md.distributions():
-            if (dist.metadata["Name"] or "").lower().startswith("nvidia-nccl"):
-                out["nccl"] = dist.version
-                break
-    except Exception:
-        pass
+    except ImportError:
+        md = None
+    for name in ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11"):
+        try:
+            out["nccl"] = md.version(name) if md else ""
+            break
+        except Exception:
+            pass
 print("HPCWIZARD-TORCH " + json.dumps(out))
 """
 

@@ -1,0 +1,200 @@
+"""hpcwizard benchmarks: each figure is a ratio against a baseline measured in the same run,
+because these machines are shared and noisy. Tests never assert timings; this prints them.
+
+    python3 bench/run.py [--repeats N] [--only NAME ...] [--json FILE]
+
+Figures that need root or change the machine are skipped, with the reason, when run
+without root or without HPCWIZARD_BENCH_SYSTEM=1.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+HERE = Path(__file__).resolve().parent
+PY = sys.executable
+HPCWIZARD = shutil.which("hpcwizard") or ""
+
+
+@dataclass
+class Figure:
+    name: str
+    what: str
+    baseline: str
+    goal: str
+    ours: List[float] = field(default_factory=list)
+    base: List[float] = field(default_factory=list)
+    unit: str = "s"
+    skipped: str = ""
+    extra: Dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> Optional[float]:
+        if not self.ours or not self.base:
+            return None
+        return statistics.median(self.ours) / statistics.median(self.base)
+
+
+def timed(argv: List[str], env: Optional[dict] = None, check: bool = True) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          stdin=subprocess.DEVNULL, env=env)
+    elapsed = time.perf_counter() - start
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{argv[0]} exited {proc.returncode}")
+    return elapsed
+
+
+def alternate(repeats: int, ours: Callable[[], float], base: Callable[[], float], fig: Figure) -> None:
+    """Interleave the two so that load on the machine hits both alike."""
+    ours()  # warm caches once for both
+    base()
+    for _ in range(repeats):
+        fig.ours.append(ours())
+        fig.base.append(base())
+
+
+# --- figures --------------------------------------------------------------------------------
+
+SEQUENTIAL_PROBES = r"""
+cat /etc/os-release >/dev/null
+id >/dev/null
+sudo -n true >/dev/null 2>&1 || true
+nproc >/dev/null
+free >/dev/null 2>&1 || true
+ip -j addr >/dev/null 2>&1 || true
+ssh -V >/dev/null 2>&1 || true
+/usr/sbin/sshd -V >/dev/null 2>&1 || true
+mpirun --version >/dev/null 2>&1 || true
+ompi_info >/dev/null 2>&1 || true
+ucx_info -v >/dev/null 2>&1 || true
+nvidia-smi >/dev/null 2>&1 || true
+ibv_devinfo >/dev/null 2>&1 || true
+"""
+
+
+def fig_detect(repeats: int) -> Figure:
+    fig = Figure("detect", "hpcwizard detect --json, wall time",
+                 "a bash script running the same probes one after another", "<= 0.5x")
+    alternate(repeats, lambda: timed([HPCWIZARD, "detect", "--json"]),
+              lambda: timed(["bash", "-c", SEQUENTIAL_PROBES]), fig)
+    return fig
+
+
+def fig_import(repeats: int) -> Figure:
+    fig = Figure("startup", "hpcwizard --version, wall time", "python -c pass",
+                 "<= +150 ms, no textual imported", unit="s")
+    alternate(repeats, lambda: timed([HPCWIZARD, "--version"]),
+              lambda: timed([PY, "-c", "pass"]), fig)
+    code = ("import sys, time; t=time.perf_counter(); import hpcwizard.cli, hpcwizard.detect, "
+            "hpcwizard.plan; print(time.perf_counter()-t, 'textual' in sys.modules)")
+    out = subprocess.run([PY, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    fig.extra["core_import_s"] = float(out[0])
+    fig.extra["textual_imported"] = 1.0 if out[1] == "True" else 0.0
+    fig.extra["added_ms"] = (statistics.median(fig.ours) - statistics.median(fig.base)) * 1000
+    return fig
+
+
+def fig_tui_start(repeats: int) -> Figure:
+    fig = Figure("tui-start", "TUI: start to System screen ready (Pilot, fixture facts)",
+                 "hpcwizard --version", "<= 1.5 s on 2 cores")
+    script = HERE / "tui_start.py"
+    if not script.exists():
+        fig.skipped = "the TUI benchmark script is not there yet"
+        return fig
+    alternate(repeats, lambda: timed([PY, str(script)]),
+              lambda: timed([HPCWIZARD, "--version"]), fig)
+    return fig
+
+
+FIGURES: Dict[str, Callable[[int], Figure]] = {
+    "detect": fig_detect,
+    "startup": fig_import,
+    "tui-start": fig_tui_start,
+}
+
+
+def system_allowed() -> str:
+    """Empty when figures that change this machine may run, else why not."""
+    if os.geteuid() != 0:
+        return "needs root"
+    if os.environ.get("HPCWIZARD_BENCH_SYSTEM") != "1":
+        return "changes this machine: set HPCWIZARD_BENCH_SYSTEM=1"
+    return ""
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--json", default=str(HERE / "results" / "latest.json"))
+    args = ap.parse_args(argv)
+    if not HPCWIZARD:
+        print("hpcwizard is not installed: python3 -m pip install -e .", file=sys.stderr)
+        return 2
+    try:
+        from system_figures import SYSTEM_FIGURES  # type: ignore
+    except ImportError:
+        SYSTEM_FIGURES = {}
+    wanted = {**FIGURES, **SYSTEM_FIGURES}
+    figures = []
+    for name, fn in wanted.items():
+        if args.only and name not in args.only:
+            continue
+        if name in SYSTEM_FIGURES and system_allowed():
+            figures.append(Figure(name, "", "", "", skipped=system_allowed()))
+            continue
+        try:
+            figures.append(fn(args.repeats))
+        except Exception as exc:  # a broken figure is reported, the others still run
+            figures.append(Figure(name, "", "", "", skipped=f"failed: {exc}"))
+    print_table(figures)
+    write_json(figures, Path(args.json), args.repeats)
+    return 0
+
+
+def print_table(figures: List[Figure]) -> None:
+    print(f"{'figure':<14} {'ours median (min-max)':<26} {'baseline median':<18} {'ratio':>7}  goal")
+    for f in figures:
+        if f.skipped:
+            print(f"{f.name:<14} skipped: {f.skipped}")
+            continue
+        o = f"{statistics.median(f.ours):.3f} ({min(f.ours):.3f}-{max(f.ours):.3f})"
+        b = f"{statistics.median(f.base):.3f}" if f.base else "-"
+        r = f"{f.ratio:.2f}x" if f.ratio is not None else "-"
+        print(f"{f.name:<14} {o:<26} {b:<18} {r:>7}  {f.goal}")
+        for k, v in f.extra.items():
+            print(f"{'':<14}   {k} = {v:.3f}")
+
+
+def write_json(figures: List[Figure], path: Path, repeats: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {
+        "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus, "
+                   f"Python {platform.python_version()}",
+        "repeats": repeats,
+        "figures": [dict(asdict(f), ratio=f.ratio) for f in figures],
+    }
+    fd, tmp = tempfile.mkstemp(dir=str(path.parent))
+    with os.fdopen(fd, "w") as fh:
+        json.dump(data, fh, indent=2)
+    os.replace(tmp, path)
+    print(f"\nwritten: {path}")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(HERE))
+    raise SystemExit(main())
