@@ -4,7 +4,8 @@ alike, so that what runs is exactly what the user saw.
 Kinds (see recipes/*.toml):
 - shell:  the recipe's own check / run / undo.
 - file:   a file hpcwizard owns whole; written to a temporary file and renamed, a file that was
-          there before is kept beside it (PATH.hpcwizard-orig) and put back by undo.
+          there before is kept beside it (PATH.hpcwizard-orig) and put back by undo; one that
+          was not is marked (PATH.hpcwizard-new) so that undo removes only what it created.
 - block:  a marked block (# BEGIN hpcwizard ... # END hpcwizard) in a file hpcwizard does not
           own; undo deletes exactly those lines, leaving what others wrote.
 - dropin: a file in a *.d directory when the main file includes that directory, else a block at
@@ -63,11 +64,17 @@ def file_check(path: str, content: str, content_cmd: str, mode: str) -> str:
             f"&& [ \"$(stat -c %a {p})\" = {q(mode.lstrip('0') or '0')} ]")
 
 
+def _markers(path: str) -> "tuple[str, str, str]":
+    """The file, its backup (it was there before us), its marker (we created it)."""
+    return q(path), q(path + ".hpcwizard-orig"), q(path + ".hpcwizard-new")
+
+
 def file_run(path: str, content: str, content_cmd: str, mode: str) -> str:
-    p, orig = q(path), q(path + ".hpcwizard-orig")
+    p, orig, new = _markers(path)
     return "\n".join([
         _ensure_dir(path, "0755"),
-        f"if [ -e {p} ] && [ ! -e {orig} ]; then cp -p {p} {orig}; fi",
+        f"if [ ! -e {p} ]; then : > {new}; "
+        f"elif [ ! -e {orig} ] && [ ! -e {new} ]; then cp -p {p} {orig}; fi",
         f"tmp=$(mktemp {q(path + '.hpcwizard.')}XXXXXX)",
         "trap 'rm -f \"$tmp\"' EXIT",
         f"{_body(content, content_cmd)} > \"$tmp\"",
@@ -77,8 +84,9 @@ def file_run(path: str, content: str, content_cmd: str, mode: str) -> str:
 
 
 def file_undo(path: str) -> str:
-    p, orig = q(path), q(path + ".hpcwizard-orig")
-    return f"if [ -e {orig} ]; then mv -f {orig} {p}; else rm -f {p}; fi"
+    p, orig, new = _markers(path)
+    return (f"if [ -e {orig} ]; then mv -f {orig} {p}; elif [ -e {new} ]; then rm -f {p}; fi\n"
+            f"rm -f {new}")
 
 
 # --- block ------------------------------------------------------------------------------
@@ -90,61 +98,71 @@ def block_check(path: str, content: str, content_cmd: str) -> str:
 
 
 def block_run(path: str, content: str, content_cmd: str, mode: str, top: bool) -> str:
-    p = q(path)
+    p, _, new = _markers(path)
+    block = _block_text(content, content_cmd)
     rest = f"if [ -e {p} ]; then sed '{_SED_BLOCK}d' {p}; fi"
-    # Appending after a last line without a newline would glue our BEGIN line onto it.
-    newline = (f"if [ -s {p} ] && [ -n \"$(tail -c 1 {p})\" ]; then echo; fi")
-    parts = [_block_text(content, content_cmd)]
-    parts = [*parts, rest] if top else [rest, newline, *parts]
+    if top:
+        body = [block, rest]
+    else:
+        # After a last line without a newline the block goes first instead: appending would
+        # need a newline that undo could not tell from the user's own.
+        body = [f"if [ -s {p} ] && [ -n \"$(tail -c 1 {p})\" ]; then",
+                f"  {block}", f"  {rest}", "else", f"  {rest}", f"  {block}", "fi"]
     return "\n".join([
         _ensure_dir(path, "0700"),
+        f"[ -e {p} ] || : > {new}",
         f"tmp=$(mktemp {q(path + '.hpcwizard.')}XXXXXX)",
         "trap 'rm -f \"$tmp\"' EXIT",
         "{",
-        *(f"  {part}" for part in parts),
+        *(f"  {line}" for line in body),
         "} > \"$tmp\"",
-        f"if [ -e {p} ]; then chmod --reference={p} \"$tmp\"; else chmod {mode} \"$tmp\"; fi",
+        f"if [ -s {p} ]; then chmod --reference={p} \"$tmp\"; else chmod {mode} \"$tmp\"; fi",
         f"mv -f \"$tmp\" {p}",
     ])
 
 
 def block_undo(path: str) -> str:
-    p = q(path)
+    p, _, new = _markers(path)
     return "\n".join([
         f"if [ -e {p} ] && grep -qx {q(BEGIN)} {p}; then",
         f"  tmp=$(mktemp {q(path + '.hpcwizard.')}XXXXXX)",
         "  trap 'rm -f \"$tmp\"' EXIT",
         f"  sed '{_SED_BLOCK}d' {p} > \"$tmp\"",
-        f"  if [ -s \"$tmp\" ]; then chmod --reference={p} \"$tmp\"; mv -f \"$tmp\" {p}; else rm -f {p}; fi",
+        f"  if [ ! -s \"$tmp\" ] && [ -e {new} ]; then rm -f {p}; "
+        f"else chmod --reference={p} \"$tmp\"; mv -f \"$tmp\" {p}; fi",
         "fi",
+        f"rm -f {new}",
     ])
 
 
 # --- validation around a change ---------------------------------------------------------
 
 def _guarded(paths: List[str], change: str, validate: str) -> str:
-    """Run change, then validate; on failure put every touched file back as it was."""
+    """Run change, then validate; on failure put every touched file back as it was,
+    including hpcwizard's own backup and marker files."""
     if not validate.strip():
         return change
     save, restore = [], []
     for i, path in enumerate(paths):
-        p = q(path)
+        p, orig, new = _markers(path)
         save.append(f"prev{i}=$(mktemp); had{i}=0; "
-                    f"if [ -e {p} ]; then cp -p {p} \"$prev{i}\"; had{i}=1; fi")
-        restore.append(f"  if [ \"$had{i}\" = 1 ]; then cp -p \"$prev{i}\" {p}; else rm -f {p}; fi")
-    cleanup = "rm -f " + " ".join(f"\"$prev{i}\"" for i in range(len(paths)))
+                    f"if [ -e {p} ]; then cp -p {p} \"$prev{i}\"; had{i}=1; fi; "
+                    f"hado{i}=0; if [ -e {orig} ]; then hado{i}=1; fi")
+        restore.append(f"  if [ \"$had{i}\" = 1 ]; then cp -p \"$prev{i}\" {p}; "
+                       f"else rm -f {p} {new}; fi")
+        restore.append(f"  if [ \"$hado{i}\" = 0 ]; then rm -f {orig}; fi")
+    prevs = " ".join(f"\"$prev{i}\"" for i in range(len(paths)))
     return "\n".join([
         *save,
+        f"trap 'rm -f {prevs}' EXIT",
         "(",
         *(f"  {line}" for line in change.splitlines()),
         ")",
         f"if ! ( {validate.strip()} ); then",
         *restore,
-        f"  {cleanup}",
         "  echo 'hpcwizard: the new configuration failed its test; the previous one was put back' >&2",
         "  exit 1",
         "fi",
-        cleanup,
     ])
 
 

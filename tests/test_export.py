@@ -1,0 +1,165 @@
+"""setup.sh: the same steps as apply, as one idempotent, reversible bash script."""
+from __future__ import annotations
+
+import os
+import pwd
+import subprocess
+
+import pytest
+
+from hpcwizard import render
+from hpcwizard.catalog import load_catalog
+from hpcwizard.choices import make_choices
+from hpcwizard.export import setup_script
+from hpcwizard.plan import Plan, Recommendation, Step, Target, build_plan
+
+from _core_fixtures import ALICE, ROOT, facts, fake_passwd, patch_users, shellcheck
+
+CATALOG = load_catalog()
+
+
+def plans(monkeypatch):
+    patch_users(monkeypatch, fake_passwd("bob", 1001, "/home/bob"))
+    cases = [
+        ("debian12", ROOT, {}, False),
+        ("ubuntu2204", ROOT, {"host_keys": "off", "ssh_port": 2345}, True),
+        ("rocky9", ROOT, {"user": "bob"}, False),
+        ("centos7", ALICE["nopasswd"], {"peers": "node-?"}, True),
+        ("openeuler", ALICE["password"], {"host_keys": "off"}, False),
+        ("debian12", ALICE["none"], {"peers": "job-*"}, False),
+        ("rocky9", ROOT, {"network": "ib"}, True),
+    ]
+    return [build_plan(facts(o, u, systemd=sd), make_choices(**c), CATALOG) for o, u, c, sd in cases]
+
+
+def test_setup_script_passes_bash_n_and_shellcheck(tmp_path, monkeypatch):
+    for i, plan in enumerate(plans(monkeypatch)):
+        script = setup_script(plan)
+        assert script.startswith("#!/usr/bin/env bash\n")
+        path = tmp_path / f"setup{i}.sh"
+        path.write_text(script)
+        r = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        sc = shellcheck(script, tmp_path, f"sc{i}.sh")
+        assert sc.returncode == 0, sc.stdout
+
+
+def test_setup_script_holds_every_step_text_verbatim(monkeypatch):
+    for plan in plans(monkeypatch):
+        script = setup_script(plan)
+        for n, step in enumerate(plan.steps, 1):
+            assert step.run in script
+            assert step.check in script
+            if step.undo:
+                assert step.undo in script
+            assert f"# [{n}] {step.id}: {step.title}" in script
+        assert f"TARGET_USER={plan.target.user}" in script
+        assert ("WARNING: host keys are not checked" in script) == (plan.choices.host_keys == "off")
+
+
+def test_bash_reads_back_exactly_the_step_texts(tmp_path, monkeypatch):
+    """What bash gets out of the heredocs is byte for byte the rendered text."""
+    for plan in plans(monkeypatch)[:3]:
+        script = setup_script(plan)
+        head = script[:script.rindex('if [ "${1:-}" = "--undo" ]; then')]
+        for n, step in enumerate(plan.steps, 1):
+            for part, want in (("CHECK", step.check), ("RUN", step.run), ("UNDO", step.undo)):
+                prog = head + f'printf %s "$S{n}_{part}"\n'
+                r = subprocess.run(["bash", "-c", prog], capture_output=True, text=True)
+                assert r.returncode == 0, r.stderr
+                assert r.stdout == want, f"{step.id} {part}"
+
+
+def test_heredoc_delimiter_in_a_step_is_refused():
+    plan = harmless_plan_for("/nonexistent", extra_run="echo hi\nHPCWIZARD_STEP\necho bye")
+    with pytest.raises(ValueError):
+        setup_script(plan)
+
+
+# --- run a harmless script for real ----------------------------------------------------------
+
+def me() -> Target:
+    pw = pwd.getpwuid(os.getuid())
+    return Target(pw.pw_name, pw.pw_uid, pw.pw_gid, str(pw.pw_gid), pw.pw_dir)
+
+
+def harmless_plan_for(base: str, extra_run: str = "") -> Plan:
+    f1 = f"{base}/etc/demo.conf"
+    f2 = f"{base}/home/.ssh/config"
+    f3 = f"{base}/stamp"
+    r1 = render.render("file", path=f1, content="Port 2345\nX 'quoted' $HOME\n", mode="0644")
+    r2 = render.render("block", path=f2, content="Host node-*\n    Port 2345\n", mode="0600",
+                       validate=f"grep -q 'Port 2345' {f2}")
+    # root steps run as root directly, or through sudo -n: only as root here, else as user
+    as_root = "root" if os.geteuid() == 0 else "user"
+    steps = (
+        Step("demo/file", "demo", "Write demo.conf", as_root, "file", r1.check, r1.run, r1.undo),
+        Step("demo/block", "demo", "Add a block to the 'config' file", "user", "block",
+             r2.check, r2.run, r2.undo),
+        Step("demo/shell", "demo", "Touch a stamp", "user", "shell", f"test -e {f3}",
+             f"touch {f3}" + (("\n" + extra_run) if extra_run else ""), f"rm -f {f3}"),
+        Step("demo/keep", "demo", "A step with nothing to undo", "user", "shell",
+             f"test -d {base}/kept", f"mkdir -p {base}/kept", "", note="kept on purpose"),
+    )
+    return Plan(make_choices(), me(), Recommendation("configure", ("test",)), steps,
+                os_label="test")
+
+
+def run_script(path, *args):
+    return subprocess.run(["bash", str(path), *args], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=60)
+
+
+def test_setup_script_runs_is_idempotent_and_undoes(tmp_path):
+    base = tmp_path / "root"
+    base.mkdir()
+    (base / "home").mkdir()
+    plan = harmless_plan_for(str(base))
+    script = tmp_path / "setup.sh"
+    script.write_text(setup_script(plan))
+
+    first = run_script(script)
+    assert first.returncode == 0, first.stderr
+    assert (base / "etc/demo.conf").read_text() == "Port 2345\nX 'quoted' $HOME\n"
+    assert "# BEGIN hpcwizard\nHost node-*\n    Port 2345\n# END hpcwizard\n" == \
+        (base / "home/.ssh/config").read_text()
+    assert (base / "stamp").exists() and (base / "kept").is_dir()
+    lines = first.stdout.splitlines()
+    assert lines[:4] == [f"[{n}] {s.title}" for n, s in enumerate(plan.steps, 1)]
+    assert lines[-1] == "hpcwizard: done"
+
+    snapshot = {p: p.read_bytes() for p in base.rglob("*") if p.is_file()}
+    second = run_script(script)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.splitlines() == [
+        f"[{n}] {s.title}: already done" for n, s in enumerate(plan.steps, 1)
+    ] + ["hpcwizard: done"]
+    assert {p: p.read_bytes() for p in base.rglob("*") if p.is_file()} == snapshot
+
+    undo = run_script(script, "--undo")
+    assert undo.returncode == 0, undo.stderr
+    assert undo.stdout.splitlines() == [
+        "[4] A step with nothing to undo: nothing to undo",
+        "[3] undo: Touch a stamp",
+        "[2] undo: Add a block to the 'config' file",
+        "[1] undo: Write demo.conf",
+        "hpcwizard: undone",
+    ]
+    assert not (base / "etc/demo.conf").exists()
+    assert not (base / "home/.ssh/config").exists()
+    assert not (base / "stamp").exists()
+    assert (base / "kept").is_dir()  # no undo: stays, as its note says
+    assert not [p for p in base.rglob("*") if p.is_file()]
+
+
+def test_setup_script_stops_at_a_failing_step(tmp_path):
+    base = tmp_path / "root"
+    base.mkdir()
+    plan = harmless_plan_for(str(base), extra_run="false")
+    script = tmp_path / "setup.sh"
+    script.write_text(setup_script(plan))
+    r = run_script(script)
+    assert r.returncode != 0
+    assert "[3] Touch a stamp" in r.stdout
+    assert "[4]" not in r.stdout and "hpcwizard: done" not in r.stdout
+    assert not (base / "kept").exists()
