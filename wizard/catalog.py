@@ -12,11 +12,13 @@ from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 from .compat import tomllib
 
 # The values a recipe may use; plan.py supplies each, already validated.
-PLACEHOLDERS = frozenset({"ssh_port", "user", "group", "home", "peers", "host_key"})
+PLACEHOLDERS = frozenset({"ssh_port", "user", "group", "home", "peers", "host_key",
+                          "ucx_url", "ucx_file", "ucx_sha256", "nccl_conf"})
 # The facts and choices a step may depend on; plan.py evaluates each.
 CONDITIONS = frozenset({
     "target_root", "target_user", "host_keys_pinned", "host_keys_off",
     "systemd", "no_systemd", "family_debian", "family_rhel",
+    "ucx_distro", "ucx_url",
 })
 KINDS = ("shell", "file", "block", "dropin")
 FRAMEWORKS = ("mpi", "pytorch")
@@ -65,6 +67,7 @@ class Recipe:
     steps: Tuple[StepSpec, ...]
     path: str
     i18n: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    when: Tuple[str, ...] = ()  # conditions (as for steps) under which the whole recipe applies
 
     def applies(self, framework: str, network: str) -> bool:
         return framework in self.frameworks and network in self.networks
@@ -80,6 +83,10 @@ class Preset:
     provides: Tuple[str, ...]
     cuda: str = ""
     user: str = "root"
+    # The NVIDIA driver its CUDA needs: the oldest that works (through CUDA's minor-version
+    # compatibility) and the oldest with full support.
+    driver_min: str = ""
+    driver_full: str = ""
     i18n: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
@@ -176,13 +183,15 @@ def _recipe(path, data: dict) -> Recipe:
         networks=_strings(f"{name}: networks", data.get("networks", list(NETWORKS)), NETWORKS),
         order=int(data.get("order", 50)), packages=pk, steps=steps, path=str(path),
         i18n=_i18n(data),
+        when=_strings(f"{name}: when", data.get("when", []), tuple(sorted(CONDITIONS))),
     )
 
 
 def _exclusive(steps: Tuple[StepSpec, ...], sid: str) -> bool:
     """Two steps may share an id when their conditions can never both hold (root/user)."""
     opposite = {"target_root": "target_user", "host_keys_pinned": "host_keys_off",
-                "systemd": "no_systemd", "family_debian": "family_rhel"}
+                "systemd": "no_systemd", "family_debian": "family_rhel",
+                "ucx_distro": "ucx_url"}
     opposite.update({v: k for k, v in opposite.items()})
     same = [s for s in steps if s.id == sid]
     return all(any(opposite.get(c) in b.when for c in a.when)
@@ -257,6 +266,7 @@ def _presets(path, data: dict) -> Tuple[Preset, ...]:
             networks=_strings(f"{where}: networks", p.get("networks", []), NETWORKS),
             provides=_strings(f"{where}: provides", p.get("provides", [])),
             cuda=str(p.get("cuda", "")), user=str(p.get("user", "root")), i18n=_i18n(p),
+            driver_min=str(p.get("driver_min", "")), driver_full=str(p.get("driver_full", "")),
         ))
     return tuple(out)
 

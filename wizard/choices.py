@@ -24,6 +24,9 @@ class Choices:
     ssh_port: int = 2222
     host_keys: str = "pinned"
     peers: str = "*"  # ssh_config Host pattern the client settings apply to
+    ucx_source: str = "distro"  # distro: the distribution's UCX packages; url: a package file
+    ucx_url: str = ""  # http(s) address of a UCX .deb/.rpm (ucx_source "url")
+    ucx_sha256: str = ""  # its expected sha256, checked when given
 
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
@@ -43,7 +46,20 @@ def make_choices(**raw: Any) -> Choices:
     if c.user:
         validate.user_name(c.user)
     validate.host_pattern(c.peers)
-    return dataclasses.replace(c, ssh_port=port)
+    validate.choice("UCX source", c.ucx_source, UCX_SOURCES)
+    ucx_url, ucx_sha = c.ucx_url, c.ucx_sha256
+    if c.ucx_source == "url":
+        if not ucx_url:
+            raise validate.BadInput("UCX source 'url' needs the package's address (--ucx-url)")
+        ucx_url = validate.url(ucx_url)
+        validate.package_file_name(ucx_url)
+    elif ucx_url:
+        raise validate.BadInput("a UCX URL is given but the UCX source is 'distro': choose 'url'")
+    if ucx_sha:
+        if not ucx_url:
+            raise validate.BadInput("a UCX sha256 is given without a UCX URL (--ucx-url)")
+        ucx_sha = validate.sha256(ucx_sha)
+    return dataclasses.replace(c, ssh_port=port, ucx_url=ucx_url, ucx_sha256=ucx_sha)
 
 
 def choices_from_mapping(data: Mapping[str, Any]) -> Choices:

@@ -147,6 +147,7 @@ class Facts:
     cpus: Optional[int] = None
     memory_mib: Optional[int] = None
     ifaces: Tuple[Iface, ...] = ()
+    default_iface: str = ""  # the interface of the IPv4 default route ("" = none or unknown)
     hcas: Tuple[Hca, ...] = ()
     gpus: Tuple[Gpu, ...] = ()
     rdma: Rdma = field(default_factory=Rdma)

@@ -3,6 +3,7 @@ recommendation (preset image or configure here, with reasons), then the ordered 
 their exact shell text. Nothing here touches the system."""
 from __future__ import annotations
 
+import hashlib
 import pwd
 import re
 from dataclasses import dataclass, field
@@ -11,9 +12,10 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from . import render
 from .catalog import Catalog, Preset, Recipe, StepSpec, substitute
 from .choices import Choices
-from .facts import Facts
-from .validate import BadInput
+from .facts import Facts, OsInfo
+from .validate import BadInput, package_file_name
 
+STATE_DIR = "/var/lib/hpcwizard"  # what a system step must remember for its undo
 _HOME = re.compile(r"^/[A-Za-z0-9._/-]*$")
 
 
@@ -44,6 +46,7 @@ class Step:
     note: str = ""
     why: str = ""
     packages: Tuple[str, ...] = ()  # the packages step only
+    satisfied: bool = False  # the facts already show it done here: it needs no privilege here
     i18n: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def to_dict(self) -> Dict[str, Any]:
@@ -71,10 +74,14 @@ class Plan:
     # environment (NCCL_IB_HCA, UCX_NET_DEVICES, ...) and extra mpirun arguments.
     launch_env: Tuple[Tuple[str, str], ...] = ()
     mpirun_args: Tuple[str, ...] = ()
+    # The distribution planned for (the Dockerfile's FROM) and every package the chosen
+    # recipes want, installed here or not (an image built from scratch needs them all).
+    os: OsInfo = field(default_factory=OsInfo)
+    packages_wanted: Tuple[str, ...] = ()
 
     @property
     def needs_root(self) -> bool:
-        return any(s.as_ == "root" for s in self.steps)
+        return needs_root(self.steps)
 
     def to_dict(self) -> Dict[str, Any]:
         rec = self.recommendation
@@ -90,6 +97,10 @@ class Plan:
             "mpirun_args": list(self.mpirun_args),
             "steps": [s.to_dict() for s in self.steps],
         }
+
+
+def needs_root(steps: "Tuple[Step, ...]") -> bool:
+    return any(s.as_ == "root" and not s.satisfied for s in steps)
 
 
 def resolve_target(facts: Facts, name: str) -> Target:
@@ -129,14 +140,24 @@ def _conditions(facts: Facts, choices: Choices, target: Target) -> Dict[str, boo
         "no_systemd": not facts.runtime.systemd,
         "family_debian": facts.os.family == "debian",
         "family_rhel": facts.os.family == "rhel",
+        "ucx_distro": choices.ucx_source != "url",
+        "ucx_url": choices.ucx_source == "url",
     }
 
 
-def _values(choices: Choices, target: Target) -> Dict[str, str]:
+def _values(choices: Choices, target: Target, facts: Optional[Facts] = None) -> Dict[str, str]:
     host_key = ("/etc/ssh/ssh_host_ed25519_key" if target.is_root
                 else f"{target.home}/.ssh/hpcwizard_host_ed25519_key")
+    ucx_file = package_file_name(choices.ucx_url) if choices.ucx_url else ""
+    nccl = nccl_settings(facts, choices.network) if facts is not None else ()
+    nccl_conf = "\n".join(f"{k}={v}" for k, v in nccl)
+    if facts is not None and choices.network == "ib" and not any(k == "NCCL_IB_HCA" for k, _ in nccl):
+        nccl_conf += "\n# No active InfiniBand port was found here: NCCL chooses the HCAs itself."
+    # Every value below was validated (choices) or is from facts filtered to safe names.
     return {"ssh_port": str(choices.ssh_port), "user": target.user, "group": target.group,
-            "home": target.home, "peers": choices.peers, "host_key": host_key}
+            "home": target.home, "peers": choices.peers, "host_key": host_key,
+            "ucx_url": choices.ucx_url, "ucx_file": ucx_file, "ucx_sha256": choices.ucx_sha256,
+            "nccl_conf": nccl_conf}
 
 
 def package_manager(facts: Facts) -> str:
@@ -144,44 +165,85 @@ def package_manager(facts: Facts) -> str:
     return pm if pm in ("apt", "dnf", "yum") else ""
 
 
-def packages_step(facts: Facts, recipes: List[Recipe]) -> Optional[Step]:
-    """All packages of all chosen recipes in one transaction: one update, one install."""
-    pm = package_manager(facts)
-    if not pm:
-        return None
+def wanted_packages(pm: str, recipes: List[Recipe]) -> Tuple[str, ...]:
+    """Every package the recipes want from pm, in recipe order, each once."""
     wanted: List[str] = []
     for r in recipes:
         for name in r.packages.get(pm, ()):
             if name not in wanted:
                 wanted.append(name)
+    return tuple(wanted)
+
+
+def packages_step(facts: Facts, recipes: List[Recipe]) -> Optional[Step]:
+    """All packages of all chosen recipes in one transaction: one update, one install."""
+    pm = package_manager(facts)
+    if not pm:
+        return None
+    why = "; ".join(r.title for r in recipes if r.packages.get(pm))
+    return install_step(pm, wanted_packages(pm, recipes), facts.software.packages, why)
+
+
+def install_step(pm: str, wanted: Tuple[str, ...], installed: Optional[Mapping[str, str]],
+                 why: str = "") -> Optional[Step]:
+    """The packages step for pm: install what of wanted is not in installed (None: unknown,
+    so all of it), undo removing only those."""
     if not wanted:
         return None
-    installed = facts.software.packages
     missing = [p for p in wanted if installed is None or p not in installed]
-    if not missing:
-        missing = wanted  # the check will find them installed and skip the step
+    # With everything installed the step stays, for exports made here to run elsewhere; its
+    # check skips it here, and it needs no root here.
+    satisfied = not missing
+    if satisfied:
+        missing = list(wanted)
     names = " ".join(missing)
+    # What apt/dnf newly installs, dependencies included, is written down at run time so
+    # that undo removes exactly that: not less (the dependencies), not more (what was there).
+    listed = f"{STATE_DIR}/packages-{hashlib.sha256(names.encode()).hexdigest()[:12]}.list"
     if pm == "apt":
+        # Installed in any state (iT, iW: triggers pending count too): a package whose
+        # triggers ran during the install must not look newly installed.
+        query = "dpkg-query -W -f='${db:Status-Abbrev} ${Package}\\n' | awk '$1 ~ /^.[^nc]/ {print $2}' | sort"
         check = ("for p in " + names + "; do\n"
                  "  dpkg-query -W -f='${db:Status-Abbrev}' \"$p\" 2>/dev/null | grep -q '^ii' || exit 1\n"
                  "done")
-        run = ("export DEBIAN_FRONTEND=noninteractive\n"
-               "apt-get -o DPkg::Lock::Timeout=120 update\n"
-               "apt-get -o DPkg::Lock::Timeout=120 install -y --no-install-recommends " + names)
-        undo = "DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 purge -y " + names
+        install = ("export DEBIAN_FRONTEND=noninteractive\n"
+                   "apt-get -o DPkg::Lock::Timeout=120 update\n"
+                   "apt-get -o DPkg::Lock::Timeout=120 install -y --no-install-recommends " + names)
+        remove = "apt-get -o DPkg::Lock::Timeout=120 purge -y"
     else:
+        query = "rpm -qa --qf '%{NAME}\\n' | sort -u"
         check = "rpm -q " + names + " >/dev/null"
-        run = f"{pm} install -y " + names
-        undo = f"{pm} remove -y " + names
+        install = f"{pm} install -y " + names
+        remove = f"{pm} remove -y"
+    run = "\n".join([
+        f"install -d -m 0755 {STATE_DIR}",
+        "before=$(mktemp); trap 'rm -f \"$before\"' EXIT",
+        f"{query} > \"$before\"",
+        install,
+        f"{{ if [ -e {listed} ]; then cat {listed}; fi; {query} | comm -13 \"$before\" -; }} "
+        f"| sort -u > {listed}.tmp",
+        f"mv -f {listed}.tmp {listed}",
+    ])
+    undo = "\n".join([
+        *(["export DEBIAN_FRONTEND=noninteractive"] if pm == "apt" else []),
+        f"if [ -s {listed} ]; then xargs -r {remove} < {listed}; else {remove} {names}; fi",
+        f"rm -f {listed}",
+        f"rmdir --ignore-fail-on-non-empty {STATE_DIR} 2>/dev/null || true",
+    ])
     if installed is None:
         note = ("Could not tell which packages were installed before: undo removes none of them.")
         undo = ""
+    elif satisfied:
+        note = "All of them are installed here already: undo removes none of them."
+        undo = ""
     else:
-        note = "Undo removes only these packages, which were not installed before."
+        note = ("Undo removes these packages and the dependencies installed with them, "
+                "nothing that was there before; upgrades made on the way are kept.")
     return Step(
         id="packages/install", recipe="packages", title=f"Install {len(missing)} packages with {pm}",
         as_="root", kind="shell", check=check, run=run, undo=undo, note=note,
-        why="; ".join(r.title for r in recipes if r.packages.get(pm)), packages=tuple(missing),
+        why=why, packages=tuple(missing), satisfied=satisfied,
         i18n={"zh": {"title": f"使用 {pm} 安装 {len(missing)} 个软件包"}},
     )
 
@@ -201,50 +263,183 @@ def _step(recipe: Recipe, spec: StepSpec, values: Mapping[str, str]) -> Step:
                 why=recipe.why, i18n=i18n)
 
 
+# --- the recommendation ---------------------------------------------------------------------
+
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,64}$")
+_VIRTUAL = ("lo", "docker", "veth", "virbr", "br-", "cni", "flannel", "cali", "tun", "tap", "kube")
+
+
+def version_tuple(text: str) -> Tuple[int, ...]:
+    """'525.60.13' -> (525, 60, 13): versions compare as numbers, not as text."""
+    return tuple(int(x) for x in re.findall(r"\d+", text or ""))
+
+
+def _driver(facts: Facts) -> str:
+    return next((g.driver for g in facts.gpus if g.driver), "")
+
+
+def driver_reasons(facts: Facts, preset: Optional[Preset]) -> "tuple[List[str], bool]":
+    """What the GPU driver means for the preset's CUDA and for the PyTorch here.
+    Returns (reasons, the preset cannot run on this driver)."""
+    out: List[str] = []
+    driver = _driver(facts)
+    too_old = False
+    if preset is not None and preset.cuda and preset.driver_min and driver:
+        have, need, full = (version_tuple(driver), version_tuple(preset.driver_min),
+                            version_tuple(preset.driver_full or preset.driver_min))
+        if have < need:
+            too_old = True
+            supports = next((g.cuda for g in facts.gpus if g.cuda), "")
+            older = f" (this driver supports CUDA {supports} at most)" if supports else ""
+            out.append(
+                f"The GPU driver here is {driver}, too old for the preset image's CUDA "
+                f"{preset.cuda}, which needs {preset.driver_min} or newer with CUDA minor-version "
+                f"compatibility ({preset.driver_full or preset.driver_min} without), so the preset "
+                "will not run on these GPUs either: ask the platform for instances with a newer "
+                f"driver, or use a PyTorch build for an older CUDA{older}.")
+        elif have < full:
+            out.append(
+                f"The GPU driver here is {driver}: it runs the preset image's CUDA {preset.cuda} "
+                f"only through CUDA minor-version compatibility (full support from "
+                f"{preset.driver_full}), which most jobs accept but PTX JIT compilation does not.")
+    s = facts.software
+    supports = next((g.cuda for g in facts.gpus if g.cuda), "")
+    if s.torch_cuda and supports and version_tuple(s.torch_cuda)[:1] > version_tuple(supports)[:1]:
+        the_driver = f"the GPU driver {driver}" if driver else "the GPU driver"
+        out.append(
+            f"PyTorch here is built for CUDA {s.torch_cuda}, but {the_driver} supports CUDA "
+            f"{supports} at most: install a PyTorch build for CUDA {supports}, or ask for "
+            "instances with a newer driver.")
+    return out, too_old
+
+
+def ib_problem(facts: Facts) -> str:
+    """Why InfiniBand cannot be shown to work from this container ('' when it can)."""
+    hardware = [h for h in facts.hcas if not h.software]
+    software = [h.name for h in facts.hcas if h.software]
+    if not hardware:
+        if software:
+            return (f"Only a software RDMA device ({', '.join(software)}) is here, not InfiniBand "
+                    "hardware, so InfiniBand cannot be used from this container.")
+        return ("No InfiniBand device is visible in this container (/sys/class/infiniband is empty "
+                "or missing), so InfiniBand cannot be verified or used from here.")
+    ports = [p for h in hardware for p in h.ports]
+    active = [p for p in ports if p.active]
+    if not active:
+        states = ", ".join(f"{p.name} is {p.state}" for p in ports) or "no ports listed"
+        return (f"No InfiniBand port is active here ({states}), so InfiniBand cannot be used from "
+                "this container.")
+    if not facts.rdma.uverbs:
+        return (f"RDMA port {', '.join(p.name for p in active)} is active but "
+                "/dev/infiniband/uverbs* is missing: this container was started without the "
+                "InfiniBand devices, so it cannot use them.")
+    return ""
+
+
+def already_here(facts: Facts, choices: Choices, wanted: Tuple[str, ...]) -> str:
+    """A description of what this machine already has when it matches the job ('' if not)."""
+    s = facts.software
+    installed = s.packages
+    if wanted and (installed is None or any(p not in installed for p in wanted)):
+        return ""
+    have = [f"all {len(wanted)} packages installed"] if wanted else []
+    if choices.framework == "mpi" and choices.network == "ib":
+        if not s.ompi_has_ucx:
+            return ""
+        have.append(f"Open MPI {s.mpi_version} with UCX".replace("  ", " "))
+    if choices.framework == "pytorch":
+        if not s.torch_version:
+            return ""
+        have.append(f"PyTorch {s.torch_version}")
+    return ", ".join(have)
+
+
 def recommend(facts: Facts, choices: Choices, preset: Optional[Preset],
-              steps: Tuple[Step, ...], wants_packages: bool) -> Recommendation:
-    """Preset image or configure here, with reasons a user can check."""
+              steps: Tuple[Step, ...], wants_packages: bool,
+              wanted: Tuple[str, ...] = ()) -> Recommendation:
+    """Preset image or configure here, with reasons a user can check: one sentence each,
+    naming facts the user can look at (hpcwizard detect shows them all)."""
     reasons: List[str] = []
     blockers: List[str] = []
     u = facts.user
-    needs_root = any(s.as_ == "root" for s in steps)
-    if needs_root and u.sudo in ("none",):
+    root = needs_root(steps)
+    if root and u.sudo in ("none",):
         blockers.append(f"You are {u.name}, not root, and cannot use sudo: the system packages "
-                        "and settings this job needs cannot be installed here.")
+                        "and settings this job needs cannot be installed here, so a preset image "
+                        "is the only way.")
     if wants_packages and not package_manager(facts):
         blockers.append(f"No supported package manager (apt, dnf, yum) on {facts.os.pretty_name or facts.os.id}.")
     if facts.mirrors_reachable is False and any(s.id == "packages/install" for s in steps):
-        blockers.append("The package mirrors cannot be reached from this machine.")
+        blockers.append("The package mirrors cannot be reached from this machine, so nothing can "
+                        "be installed here.")
+    ib = ib_problem(facts) if choices.network == "ib" else ""
+    gpu_reasons, preset_too_old = driver_reasons(facts, preset)
     if blockers and preset is not None:
-        return Recommendation("preset", tuple(blockers + [
-            f"The preset image {preset.image} already provides: {', '.join(preset.provides)}."]), preset)
+        return Recommendation("preset", tuple(blockers + ([ib] if ib else []) + [
+            f"The preset image {preset.image} already provides: {', '.join(preset.provides)}."]
+            + gpu_reasons), preset)
     if blockers:
         return Recommendation("configure", tuple(blockers + [
             "No preset image matches these choices; the steps below will likely fail."]), None)
+    if ib and preset is not None and not preset_too_old:
+        return Recommendation("preset", (ib, (
+            f"Start the job from the preset image {preset.image} on instances that have "
+            f"InfiniBand; it provides: {', '.join(preset.provides)}."), *gpu_reasons), preset)
     if u.is_root:
         reasons.append("You are root: every step can run here.")
     elif u.sudo == "nopasswd":
         reasons.append("You have sudo without a password: system steps run through 'sudo -n'.")
     elif u.sudo == "password":
         reasons.append("You have sudo: hpcwizard asks for your password once, before the run.")
-    elif not needs_root:
+    elif not root:
         reasons.append("Everything this job needs from the system is installed; the rest is "
                        "your own files, which need no root.")
+    if ib:
+        reasons.append(ib)
+    have = already_here(facts, choices, wanted)
+    if have:
+        reasons.append(f"This machine already matches the job ({have}): little or nothing is "
+                       "left to do here.")
     pk = next((s for s in steps if s.id == "packages/install"), None)
-    if pk:
+    if choices.framework == "pytorch" and choices.network == "tcp":
+        reasons.append("Nothing needs installing for PyTorch over TCP: torchrun is started on "
+                       "every instance and its c10d rendezvous and NCCL use plain TCP, so no SSH "
+                       "server is needed.")
+    elif pk and not have:
         reasons.append(f"{len(pk.packages)} packages to install with {package_manager(facts)}.")
-    else:
+    elif not pk:
         reasons.append("No packages to install.")
-    if preset is not None:
+    if choices.framework == "pytorch" and not facts.software.torch_version:
+        reasons.append("python3 cannot import torch here (or it was not checked): install "
+                       "PyTorch for your CUDA, or start from the preset image.")
+    reasons.extend(gpu_reasons)
+    if preset is not None and not preset_too_old and not have:
         reasons.append(f"Alternatively, start from the preset image {preset.image}.")
     return Recommendation("configure", tuple(reasons), preset)
+
+
+# --- the plan -------------------------------------------------------------------------------
+
+def chosen_recipes(facts: Facts, choices: Choices, catalog: Catalog,
+                   target: Optional[Target] = None) -> List[Recipe]:
+    """The recipes for the framework and network whose own conditions hold (UCX source)."""
+    target = target or resolve_target(facts, choices.user)
+    cond = _conditions(facts, choices, target)
+    return [r for r in catalog.for_choices(choices.framework, choices.network)
+            if all(cond[c] for c in r.when)]
 
 
 def build_plan(facts: Facts, choices: Choices, catalog: Catalog) -> Plan:
     target = resolve_target(facts, choices.user)
     cond = _conditions(facts, choices, target)
-    values = _values(choices, target)
-    recipes = catalog.for_choices(choices.framework, choices.network)
+    values = _values(choices, target, facts)
+    recipes = chosen_recipes(facts, choices, catalog, target)
+    if (choices.ucx_source == "url" and choices.framework == "mpi" and choices.network == "ib"):
+        kind = values["ucx_file"].rsplit(".", 1)[-1]
+        pm = package_manager(facts)
+        if pm and kind != {"apt": "deb", "dnf": "rpm", "yum": "rpm"}[pm]:
+            raise BadInput(f"the UCX package {values['ucx_file']} is a .{kind}, but "
+                           f"{facts.os.pretty_name or facts.os.id} installs packages with {pm}")
     steps: List[Step] = []
     pk = packages_step(facts, recipes)
     if pk:
@@ -258,15 +453,72 @@ def build_plan(facts: Facts, choices: Choices, catalog: Catalog) -> Plan:
     if choices.host_keys == "off":
         warnings.append("Host keys are not checked (--host-keys off): any machine answering to "
                         f"'{choices.peers}' on port {choices.ssh_port} is trusted.")
+    pm = package_manager(facts)
+    wanted = wanted_packages(pm, recipes) if pm else ()
     preset = catalog.preset_for(choices.framework, choices.network)
-    rec = recommend(facts, choices, preset, steps_t, any(r.packages for r in recipes))
+    rec = recommend(facts, choices, preset, steps_t, any(r.packages for r in recipes), wanted)
     label = facts.os.pretty_name or f"{facts.os.id} {facts.os.version_id}".strip()
     env, mpi_args = launch_settings(facts, choices)
-    return Plan(choices, target, rec, steps_t, tuple(warnings), label, env, mpi_args)
+    return Plan(choices, target, rec, steps_t, tuple(warnings), label, env, mpi_args,
+                os=facts.os, packages_wanted=wanted)
+
+
+# --- what a job launched here needs ---------------------------------------------------------
+
+def socket_iface(facts: Facts) -> str:
+    """The interface NCCL's bootstrap (and TCP traffic) should use: the default route's, else
+    the first interface that is up, has an IPv4 address and is not loopback or virtual."""
+    if facts.default_iface and _SAFE_NAME.match(facts.default_iface):
+        return facts.default_iface
+    for want_up in (True, False):
+        for i in facts.ifaces:
+            if i.name.startswith(_VIRTUAL) or not _SAFE_NAME.match(i.name):
+                continue
+            if want_up and (i.state not in ("UP", "UNKNOWN")
+                            or not any("." in a for a in i.addresses)):
+                continue
+            return i.name
+    return ""
+
+
+def rdma_devices(facts: Facts) -> str:
+    """The active hardware RDMA ports as UCX_NET_DEVICES and NCCL_IB_HCA want them."""
+    return ",".join(p.name for p in facts.active_ports if _SAFE_NAME.match(p.name))
+
+
+def nccl_settings(facts: Facts, network: str) -> Tuple[Tuple[str, str], ...]:
+    env: List[Tuple[str, str]] = []
+    if network == "ib":
+        env.append(("NCCL_IB_DISABLE", "0"))
+        hcas = rdma_devices(facts)
+        if hcas:
+            env.append(("NCCL_IB_HCA", hcas))
+    else:
+        env.append(("NCCL_IB_DISABLE", "1"))
+    iface = socket_iface(facts)
+    if iface:
+        env.append(("NCCL_SOCKET_IFNAME", iface))
+    return tuple(env)
 
 
 def launch_settings(facts: Facts, choices: Choices) -> "tuple[Tuple[Tuple[str, str], ...], Tuple[str, ...]]":
-    """Environment and mpirun arguments a job needs on these instances."""
-    env = []
-    args = ["--mca", "plm_rsh_args", f"-p {choices.ssh_port}"]
+    """Environment and mpirun arguments a job needs on these instances.
+
+    MPI: ssh on the chosen port; over InfiniBand '--mca pml ucx' (Debian and Ubuntu disable UCX
+    in /etc/openmpi/openmpi-mca-params.conf, and elsewhere it makes a job fail instead of
+    falling back to TCP unnoticed) and UCX_NET_DEVICES from the active ports, passed to the
+    ranks with -x. PyTorch: NCCL's settings (NCCL_IB_HCA, NCCL_SOCKET_IFNAME, NCCL_IB_DISABLE).
+    """
+    env: List[Tuple[str, str]] = []
+    args: List[str] = []
+    if choices.framework == "mpi":
+        args = ["--mca", "plm_rsh_args", f"-p {choices.ssh_port}"]
+        if choices.network == "ib":
+            args += ["--mca", "pml", "ucx"]
+            devices = rdma_devices(facts)
+            if devices:
+                env.append(("UCX_NET_DEVICES", devices))
+                args += ["-x", "UCX_NET_DEVICES"]
+    else:
+        env.extend(nccl_settings(facts, choices.network))
     return tuple(env), tuple(args)

@@ -21,6 +21,11 @@ _LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
 # ssh_config Host patterns: host-name characters plus the wildcards * and ?.
 _PATTERN = re.compile(r"^[A-Za-z0-9.*?_-]{1,253}$")
 _SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
+# http(s) URLs of RFC 3986 characters, minus the single quote: the plan puts a URL inside
+# single quotes in shell text, so nothing else in it can end the quoting or expand.
+_URL = re.compile(r"^https?://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:[0-9]{1,5})?"
+                  r"(/[A-Za-z0-9._~!$&()*+,;=:@%/?#-]*)?$")
+_PACKAGE_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~-]*\.(deb|rpm)$")
 
 
 def port(value: object) -> int:
@@ -75,6 +80,24 @@ def sha256(value: str) -> str:
     if not _SHA256.match(value or ""):
         raise BadInput(f"sha256 {value!r} is not 64 hexadecimal digits")
     return value.lower()
+
+
+def url(value: str) -> str:
+    text = (value or "").strip()
+    if not _URL.match(text) or len(text) > 2000:
+        raise BadInput(f"URL {value!r} is not valid: give an http:// or https:// address "
+                       "without spaces or quotes")
+    return text
+
+
+def package_file_name(value: str) -> str:
+    """The .deb/.rpm file a package URL names (its last path segment, query dropped)."""
+    path = value.split("#", 1)[0].split("?", 1)[0]
+    name = path.rstrip("/").rsplit("/", 1)[-1] if "//" in path and path.count("/") > 2 else ""
+    if not _PACKAGE_FILE.match(name):
+        raise BadInput(f"URL {value!r} does not end in a package file name (something.deb "
+                       "or something.rpm)")
+    return name
 
 
 def choice(name: str, value: str, allowed: "tuple[str, ...]") -> str:

@@ -226,7 +226,10 @@ def probe(ctx: Context, found: Found) -> None:
     if ctx.run_commands:
         res = ctx.run(["ibv_devinfo"])
         if res is not None:
-            if "No IB devices found" in res.output:
+            # Without any device, ibv_devinfo says "No IB devices found", or, where the kernel
+            # has no RDMA subsystem for this container, "Failed to get IB devices list:
+            # Function not implemented": both mean no RDMA device, not a failure.
+            if "No IB devices found" in res.output or "Failed to get IB devices list" in res.output:
                 if any(h.ports for h in hcas if not h.software):
                     names = ", ".join(h.name for h in hcas if not h.software)
                     found.warn(

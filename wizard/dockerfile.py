@@ -1,0 +1,141 @@
+"""The plan as a Dockerfile: an image in which the job's environment is already configured.
+
+    FROM <the base matching this OS (recipes/presets.toml [base_images]), or the preset image>
+    COPY hpcwizard-setup.sh      the plan's setup script, made for a fresh image (below)
+    RUN  bash hpcwizard-setup.sh
+    USER <the job's user>        when it is not root
+    EXPOSE <the SSH port>        MPI only: PyTorch needs no SSH server
+    CMD  sshd in the foreground  root: /usr/sbin/sshd -D; a user: sshd -D -f ~/.sshd_config
+
+The setup script of the image differs from `export --format setup` of this machine in two
+ways, both said in its header: the packages step installs every package the recipes want
+(this machine may have some already; a fresh base image has none of them) and is left out
+when FROM is a preset image (which provides them), and sshd is not started during the build
+(CMD starts it in each container). `hpcwizard export --format dockerfile -o DIR/Dockerfile`
+writes the script beside the Dockerfile (companion_files).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from functools import lru_cache
+from importlib import resources
+from typing import Dict
+
+from . import __version__
+from .compat import tomllib
+from .facts import OsInfo
+from .plan import Plan, install_step, package_manager
+from .validate import BadInput
+
+SETUP_NAME = "hpcwizard-setup.sh"
+
+
+@lru_cache(maxsize=1)
+def base_images() -> Dict[str, str]:
+    text = resources.files("hpcwizard.recipes").joinpath("presets.toml").read_text("utf-8")
+    return dict(tomllib.loads(text).get("base_images", {}))
+
+
+def base_image(os_info: OsInfo) -> str:
+    """The Docker image of this distribution and release: debian:12, rockylinux:9, ..."""
+    template = base_images().get(os_info.id.lower(), "")
+    version = os_info.version_id
+    if not template or not re.match(r"^[0-9][0-9A-Za-z.]*$", version or ""):
+        raise BadInput(f"no base image is known for {os_info.pretty_name or os_info.id} "
+                       f"{version}: use --preset, or add it to [base_images] in presets.toml")
+    return template.format(version=version, major=version.split(".")[0])
+
+
+def uses_preset(plan: Plan) -> bool:
+    rec = plan.recommendation
+    return rec.preset is not None and (plan.choices.mode == "preset" or
+                                       (plan.choices.mode == "auto" and rec.path == "preset"))
+
+
+def image_plan(plan: Plan) -> Plan:
+    """The plan as a fresh image needs it (see the module's docstring)."""
+    steps = [s for s in plan.steps
+             if s.id != "packages/install" and not s.id.endswith("/sshd-start")]
+    pm = package_manager_of(plan)
+    if not uses_preset(plan) and pm and plan.packages_wanted:
+        old = next((s for s in plan.steps if s.id == "packages/install"), None)
+        step = install_step(pm, plan.packages_wanted, {}, old.why if old else "")
+        if step is not None:
+            steps.insert(0, step)
+    return dataclasses.replace(plan, steps=tuple(steps))
+
+
+def package_manager_of(plan: Plan) -> str:
+    from .facts import Facts
+
+    return package_manager(Facts(os=plan.os))
+
+
+def image_setup_script(plan: Plan) -> str:
+    from .export import setup_script
+
+    text = setup_script(image_plan(plan))
+    head, _, rest = text.partition("\n")
+    return "\n".join([
+        head,
+        "# For a Docker image: every package the recipes want is installed (none from the",
+        "# planning machine is assumed), and sshd is not started here: the image's CMD starts it.",
+        rest,
+    ])
+
+
+def companion_files(plan: Plan) -> Dict[str, str]:
+    """Files the Dockerfile's build context needs beside it."""
+    return {SETUP_NAME: image_setup_script(plan)}
+
+
+def dockerfile(plan: Plan) -> str:
+    c, t = plan.choices, plan.target
+    preset = uses_preset(plan)
+    image = plan.recommendation.preset.image if preset else base_image(plan.os)  # type: ignore[union-attr]
+    sshd = any(s.recipe == "ssh" for s in plan.steps)
+    out = [
+        f"# Written by hpcwizard {__version__}: {c.framework} over {c.network}, job user {t.user}"
+        + (f", SSH port {c.ssh_port}" if sshd else "") + ".",
+        f"# Planned on {plan.os_label or 'an unknown OS'}"
+        + (" for the preset image the recommendation names." if preset else "."),
+        f"# The build context needs {SETUP_NAME} beside this file; both are written by",
+        f"#   hpcwizard export --format dockerfile --framework {c.framework} --network {c.network}"
+        " -o DIR/Dockerfile",
+        "# then: docker build -t my-job DIR",
+        f"FROM {image}",
+    ]
+    if preset:
+        out.append("# The preset provides the packages; the setup script configures the rest.")
+    if not t.is_root:
+        if not re.match(r"^[a-z_][a-z0-9_.-]{0,31}$", t.user) or not re.match(r"^/[A-Za-z0-9._/-]*$", t.home):
+            raise BadInput(f"user {t.user!r} or home {t.home!r} cannot go into a Dockerfile")
+        out += [
+            f"# The job's user, {t.user}, with the uid it has on the planning machine when free.",
+            f"RUN if ! id -u {t.user} >/dev/null 2>&1; then \\",
+            f"      if getent passwd {t.uid} >/dev/null; then useradd -l -m -d {t.home} -s /bin/bash {t.user}; \\",
+            f"      else useradd -l -m -d {t.home} -u {t.uid} -s /bin/bash {t.user}; fi; \\",
+            "    fi",
+        ]
+    out += [
+        f"COPY {SETUP_NAME} /tmp/{SETUP_NAME}",
+        f"RUN bash /tmp/{SETUP_NAME} && rm -f /tmp/{SETUP_NAME}",
+    ]
+    if not t.is_root:
+        out.append(f"USER {t.user}")
+        out.append(f"WORKDIR {t.home}")
+    if sshd:
+        out.append(f"EXPOSE {c.ssh_port}")
+        if t.is_root:
+            cmd = ["/bin/sh", "-c", "install -d -m 0755 /run/sshd && exec /usr/sbin/sshd -D -e"]
+            out.append("# sshd in the foreground, as root, with the port of /etc/ssh/sshd_config.d.")
+        else:
+            cmd = ["/usr/sbin/sshd", "-D", "-e", "-f", f"{t.home}/.sshd_config"]
+            out.append(f"# {t.user}'s own sshd in the foreground (it can log in only {t.user}).")
+        out.append("CMD " + json.dumps(cmd))
+    else:
+        out.append("# No SSH server: torchrun is started on every instance and meets the others "
+                   "over TCP.")
+    return "\n".join(out) + "\n"
