@@ -39,6 +39,9 @@ def _add_choices(p: argparse.ArgumentParser) -> None:
                    help="pinned: trust only this image's host key (default); off: as the guide")
     g.add_argument("--peers", default="*",
                    help="ssh Host pattern the client settings apply to (default '*')")
+    g.add_argument("--ucx-url", default="",
+                   help="MPI over IB: install UCX from this .deb/.rpm instead of the distribution's")
+    g.add_argument("--ucx-sha256", default="", help="the expected sha256 of the --ucx-url file")
     g.add_argument("--sysroot", default="/", help="read facts from this root (detect/plan/export)")
 
 
@@ -74,6 +77,19 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("replay", help="apply a record's choices on this machine")
     r.add_argument("record")
     r.add_argument("--yes", action="store_true")
+
+    v = sub.add_parser("verify", help="check SSH, names, MPI/PyTorch here and across instances")
+    _add_choices(v)
+    vh = v.add_mutually_exclusive_group()
+    vh.add_argument("--hosts", help="the job's hosts: node1,node2 or job-worker-{0..3} or node[1-3]")
+    vh.add_argument("--hostfile", help="an OpenMPI/MPICH hostfile naming the job's hosts")
+    v.add_argument("--here", action="store_true", help="only the checks on this instance")
+    v.add_argument("--json", action="store_true")
+
+    dg = sub.add_parser("diagnose", help="explain the known failures in an ssh/mpirun/UCX/NCCL log"
+                        " (exit 0: found, 1: nothing recognised, 2: unreadable)")
+    dg.add_argument("logfile", help="the log file ('-' for standard input)")
+    dg.add_argument("--json", action="store_true")
     return p
 
 
@@ -96,6 +112,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         print("hpcwizard: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader left (`hpcwizard plan | head`): not an error of ours. Point stdout at
+        # /dev/null so that the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
 
 
 def _start_tui() -> int:
@@ -122,7 +143,8 @@ def _choices(args: argparse.Namespace) -> Any:
 
     return make_choices(framework=args.framework, network=args.network, mode=args.mode or "auto",
                         user=args.user, ssh_port=args.ssh_port, host_keys=args.host_keys,
-                        peers=args.peers)
+                        peers=args.peers, ucx_source="url" if args.ucx_url else "distro",
+                        ucx_url=args.ucx_url, ucx_sha256=args.ucx_sha256)
 
 
 def _plan(args: argparse.Namespace, choices: Any = None) -> "tuple[Any, Any]":
@@ -237,6 +259,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     write_private(out, text.encode("utf-8"))
     os.chmod(out, 0o700)
     print(f"wrote {out}")
+    if args.format == "dockerfile":  # its build context: the setup script beside it
+        from .dockerfile import companion_files
+
+        for name, body in companion_files(plan).items():
+            write_private(out.parent / name, body.encode("utf-8"))
+            os.chmod(out.parent / name, 0o700)
+            print(f"wrote {out.parent / name}")
     return EXIT_OK
 
 
@@ -271,5 +300,56 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return _run_plan(plan, facts, None, args.yes, False)
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    from .hosts import find_hosts
+    from .report_verify import format_report
+    from .verify import verify
+
+    if args.sysroot != "/":
+        raise BadInput("verify checks this machine: --sysroot is for detect, plan and export")
+    choices = _choices(args)
+    hosts = None
+    if not args.here:
+        try:
+            hosts = find_hosts(args.hosts, args.hostfile)
+        except BadInput:
+            if args.hosts is not None or args.hostfile is not None:
+                raise
+            hosts = None  # no hosts anywhere: the checks here only, said in the report
+    facts, plan = _plan(args, choices)
+    report = verify(plan, facts, hosts)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        print(format_report(report))
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    """Exit 0: at least one known failure found; 1: nothing recognised; 2: unreadable file."""
+    from .diagnose import diagnose
+
+    try:
+        if args.logfile == "-":
+            text = sys.stdin.read()
+        else:
+            text = Path(args.logfile).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise BadInput(f"cannot read {args.logfile}: {exc.strerror or exc}") from None
+    found = diagnose(text.splitlines())
+    if args.json:
+        print(json.dumps([{"id": d.id, "line": d.line, "cause": d.cause, "fix": d.fix,
+                           "cause_zh": d.i18n.get("zh", {}).get("cause", ""),
+                           "fix_zh": d.i18n.get("zh", {}).get("fix", "")} for d in found],
+                         indent=2, ensure_ascii=False))
+    elif not found:
+        print(f"{args.logfile}: no known failure recognised")
+    else:
+        for d in found:
+            print(f"[{d.id}] {d.line}\n  cause: {d.cause}\n  fix:   {d.fix}")
+    return EXIT_OK if found else EXIT_FAILED
+
+
 COMMANDS = {"detect": cmd_detect, "plan": cmd_plan, "apply": cmd_apply, "export": cmd_export,
-            "undo": cmd_undo, "replay": cmd_replay}
+            "undo": cmd_undo, "replay": cmd_replay, "verify": cmd_verify,
+            "diagnose": cmd_diagnose}

@@ -18,6 +18,7 @@ class Signature:
     cause: str
     fix: str
     i18n: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    scope: str = ""  # "job": a job's log (ssh, mpirun, UCX, NCCL); "": apply's steps
 
 
 @dataclass(frozen=True)
@@ -36,17 +37,27 @@ def signatures() -> Tuple[Signature, ...]:
     for s in tomllib.loads(text)["signature"]:
         i18n = {"zh": {k[:-3]: v for k, v in s.items() if k.endswith("_zh")}}
         out.append(Signature(s["id"], re.compile(s["pattern"], re.IGNORECASE), s["cause"],
-                             s["fix"], i18n))
+                             s["fix"], i18n, s.get("scope", "")))
     return tuple(out)
 
 
-def diagnose(lines: Iterable[str]) -> List[Diagnosis]:
-    """Every signature found in lines, once each, in the order they first appear."""
+def diagnose(lines: Iterable[str], scope: "str | None" = None) -> List[Diagnosis]:
+    """Every signature found in lines, once each, in the order they first appear.
+    scope="job" looks only for a job's failures (verify), not apply's."""
     found: List[Diagnosis] = []
     seen = set()
+    sigs = [s for s in signatures() if scope is None or s.scope == scope]
     for line in lines:
-        for sig in signatures():
+        for sig in sigs:
             if sig.id not in seen and sig.pattern.search(line):
                 seen.add(sig.id)
                 found.append(Diagnosis(sig.id, sig.cause, sig.fix, line.strip(), sig.i18n))
     return found
+
+
+def explain(sig_id: str, line: str = "") -> Diagnosis:
+    """The table's diagnosis for a known signature id (a check that failed without output)."""
+    for sig in signatures():
+        if sig.id == sig_id:
+            return Diagnosis(sig.id, sig.cause, sig.fix, line, sig.i18n)
+    raise KeyError(sig_id)

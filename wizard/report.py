@@ -68,8 +68,19 @@ class ConsoleSink:
 
     def __init__(self, stream: TextIO = sys.stdout):
         self.stream = stream
+        self.closed = False
 
     def __call__(self, event: object) -> None:
+        """A reader that went away (`apply | head`) must not stop a run half-way: the
+        record and the log still get everything."""
+        if self.closed:
+            return
+        try:
+            self._write(event)
+        except (BrokenPipeError, ValueError):
+            self.closed = True
+
+    def _write(self, event: object) -> None:
         w = self.stream.write
         if isinstance(event, StepStarted):
             verb = "undo" if event.undo else "step"

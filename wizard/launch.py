@@ -1,0 +1,369 @@
+"""The per-instance launch script (`export --format launch`): the same file, run the same way
+on every instance of the job, with the user's program as its arguments:
+
+    bash launch.sh [--hosts a,b,c | --hostfile FILE] [--] PROGRAM [ARGS...]
+    bash launch.sh -- python train.py --lr 0.1
+
+It starts sshd if nothing listens on the port (MPI; as root: /run/sshd, `ssh-keygen -A` when
+there are no host keys, /usr/sbin/sshd; as another user: sshd -f ~/.sshd_config), finds the
+job's hosts from the same sources as `hpcwizard verify` (hpcwizard.hosts), waits for every
+peer (bounded retries with backoff on the name and the SSH port), writes the hostfile, and
+then either runs `mpirun` on the first host (the others wait until it tells them the job has
+ended), or `torchrun` on every host with MASTER_ADDR, --nnodes and --node-rank. The plan's
+launch environment (NCCL_*, UCX_*) and mpirun arguments (port, --mca pml ucx, ...) are
+written in. Whether sshd runs as root or as the user is decided when the script runs, so the
+same script serves a preset image whose user is not known here.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+from typing import List
+
+from . import __version__
+from .plan import Plan
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+_BODY = r'''
+log() { printf 'launch[%s]: %s\n' "${ME:-$(hostname)}" "$*" >&2; }
+die() { log "$*"; exit 2; }
+
+usage() {
+  cat <<'USAGE'
+usage: launch.sh [--hosts a,b,c | --hostfile FILE] [--] PROGRAM [ARGS...]
+Run the same command on every instance of the job.
+Hosts, the first source that names any: --hosts, --hostfile, HOSTS, HOSTFILE,
+  OMPI_MCA_orte_default_hostfile, OMPI_MCA_prte_default_hostfile,
+  PRTE_MCA_prte_default_hostfile, SLURM_JOB_NODELIST, SLURM_NODELIST, VC_*_HOSTS,
+  MASTER_ADDR with WORLD_SIZE. Items may be patterns: job-{0..3}, node[01-03,07].
+Settings (environment): WAIT_TRIES (peer waits, default 10), SLOTS (ranks per host,
+  default 1), NP (total ranks), NODE_RANK (this host's index), MASTER_PORT (29500),
+  NPROC_PER_NODE (torchrun; default: the GPUs, or 1), WORKER_TIMEOUT (seconds a
+  worker waits for the end of the job; 0: no limit).
+USAGE
+}
+
+HOSTS_ARG=""
+HOSTFILE_ARG=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --hosts) [ $# -ge 2 ] || die "--hosts needs a value"; HOSTS_ARG=$2; shift 2 ;;
+    --hosts=*) HOSTS_ARG=${1#*=}; shift ;;
+    --hostfile) [ $# -ge 2 ] || die "--hostfile needs a value"; HOSTFILE_ARG=$2; shift 2 ;;
+    --hostfile=*) HOSTFILE_ARG=${1#*=}; shift ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; break ;;
+    *) break ;;
+  esac
+done
+[ $# -gt 0 ] || { usage >&2; die "no program given"; }
+
+WAIT_TRIES=${WAIT_TRIES:-10}
+SLOTS=${SLOTS:-1}
+RUN_DIR="$HOME/.hpcwizard/launch"
+mkdir -p "$RUN_DIR"
+
+# --- hosts ------------------------------------------------------------------------------
+
+# One item -> names, one a line: job-{0..3}, node[01-03,07], rack[1-2]-n[1-2], plain.
+expand_item() {
+  local item=$1 head tail inner r a b i num width
+  if [[ $item == *'['*']'* ]]; then
+    head=${item%%\[*}
+    inner=${item#*\[}
+    tail=${inner#*\]}
+    inner=${inner%%\]*}
+    local IFS=,
+    for r in $inner; do
+      if [[ $r =~ ^([0-9]+)-([0-9]+)$ ]]; then
+        a=${BASH_REMATCH[1]} b=${BASH_REMATCH[2]} width=${#a}
+        for ((i = 10#$a; i <= 10#$b; i++)); do
+          printf -v num '%0*d' "$width" "$i"
+          expand_item "$head$num$tail"
+        done
+      else
+        expand_item "$head$r$tail"
+      fi
+    done
+  elif [[ $item =~ ^(.*)\{([0-9]+)\.\.([0-9]+)\}(.*)$ ]]; then
+    head=${BASH_REMATCH[1]} a=${BASH_REMATCH[2]} b=${BASH_REMATCH[3]} tail=${BASH_REMATCH[4]}
+    width=0
+    if [[ $a == 0?* ]]; then width=${#a}; fi
+    for ((i = 10#$a; i <= 10#$b; i++)); do
+      printf -v num '%0*d' "$width" "$i"
+      expand_item "$head$num$tail"
+    done
+  else
+    printf '%s\n' "$item"
+  fi
+}
+
+# A list (commas or spaces; commas inside [...] belong to the item) -> names.
+expand_list() {
+  local text=$1 item="" depth=0 c k
+  for ((k = 0; k < ${#text}; k++)); do
+    c=${text:k:1}
+    case "$c" in
+      '[') depth=$((depth + 1)); item+=$c ;;
+      ']') depth=$((depth - 1)); item+=$c ;;
+      ','|' '|$'\n'|$'\t')
+        if [ "$depth" -gt 0 ]; then item+=$c
+        elif [ -n "$item" ]; then expand_item "$item"; item=""; fi ;;
+      *) item+=$c ;;
+    esac
+  done
+  if [ -n "$item" ]; then expand_item "$item"; fi
+}
+
+hostfile_names() {
+  [ -r "$1" ] || die "cannot read hostfile $1"
+  awk '{ sub(/#.*/, ""); if (NF) { split($1, a, ":"); print a[1] } }' "$1"
+}
+
+nodelist_names() {
+  if command -v scontrol >/dev/null 2>&1; then scontrol show hostnames "$1"; else expand_list "$1"; fi
+}
+
+volcano_names() {
+  local v
+  for v in $(env | sed -n 's/^\(VC_[A-Z0-9_]*_HOSTS\)=.*/\1/p' | sort \
+             | awk '/^VC_(MASTER|LAUNCHER|MPIMASTER)_HOSTS$/ {print; next} {rest[NR]=$0} END {for (i in rest) print rest[i]}'); do
+    expand_list "${!v}"
+  done
+}
+
+master_world_names() {
+  local m=$MASTER_ADDR n=$WORLD_SIZE i
+  [[ $n =~ ^[1-9][0-9]*$ ]] || die "WORLD_SIZE '$n' is not a positive number"
+  if [[ $m =~ ^(.*)-master-0(\..*)?$ ]]; then
+    printf '%s\n' "$m"
+    for ((i = 0; i < n - 1; i++)); do printf '%s-worker-%d%s\n' "${BASH_REMATCH[1]}" "$i" "${BASH_REMATCH[2]}"; done
+  elif [[ $m =~ ^(.*-)0(\..*)?$ ]]; then
+    for ((i = 0; i < n; i++)); do printf '%s%d%s\n' "${BASH_REMATCH[1]}" "$i" "${BASH_REMATCH[2]}"; done
+  elif [ "$n" -eq 1 ]; then
+    printf '%s\n' "$m"
+  else
+    die "cannot tell the other host names from MASTER_ADDR=$m: give --hosts or HOSTS"
+  fi
+}
+
+find_hosts() {
+  local v
+  if [ -n "$HOSTS_ARG" ]; then SOURCE="--hosts"; expand_list "$HOSTS_ARG"; return; fi
+  if [ -n "$HOSTFILE_ARG" ]; then SOURCE="--hostfile $HOSTFILE_ARG"; hostfile_names "$HOSTFILE_ARG"; return; fi
+  if [ -n "${HOSTS:-}" ]; then SOURCE="HOSTS"; expand_list "$HOSTS"; return; fi
+  if [ -n "${HOSTFILE:-}" ]; then SOURCE="HOSTFILE=$HOSTFILE"; hostfile_names "$HOSTFILE"; return; fi
+  for v in OMPI_MCA_orte_default_hostfile OMPI_MCA_prte_default_hostfile PRTE_MCA_prte_default_hostfile; do
+    if [ -n "${!v:-}" ]; then SOURCE="$v=${!v}"; hostfile_names "${!v}"; return; fi
+  done
+  for v in SLURM_JOB_NODELIST SLURM_NODELIST; do
+    if [ -n "${!v:-}" ]; then SOURCE=$v; nodelist_names "${!v}"; return; fi
+  done
+  if env | grep -q '^VC_[A-Z0-9_]*_HOSTS=.'; then SOURCE="VC_*_HOSTS"; volcano_names; return; fi
+  if [ -n "${MASTER_ADDR:-}" ] && [ -n "${WORLD_SIZE:-}" ]; then
+    SOURCE="MASTER_ADDR and WORLD_SIZE"; master_world_names; return
+  fi
+  die "no hosts: give --hosts a,b,c or --hostfile FILE (see --help)"
+}
+
+SOURCE=""
+find_hosts > "$RUN_DIR/hosts.$$"
+# find_hosts ran in this shell (output redirected), so SOURCE is set here.
+mapfile -t NAMES < "$RUN_DIR/hosts.$$"
+rm -f "$RUN_DIR/hosts.$$"
+[ "${#NAMES[@]}" -gt 0 ] || die "$SOURCE names no hosts"
+NAME_RE='^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$'
+declare -A SEEN=()
+for h in "${NAMES[@]}"; do
+  [[ $h =~ $NAME_RE ]] || die "host name '$h' from $SOURCE is not valid"
+  [ -z "${SEEN[$h]:-}" ] || die "$SOURCE names $h twice"
+  SEEN[$h]=1
+done
+N=${#NAMES[@]}
+FIRST=${NAMES[0]}
+
+# Which of the names is this instance: NODE_RANK, else the host name, else an address.
+RANK=""
+if [ -n "${NODE_RANK:-}" ]; then
+  [[ $NODE_RANK =~ ^[0-9]+$ ]] && [ "$NODE_RANK" -lt "$N" ] || die "NODE_RANK=$NODE_RANK is not 0..$((N - 1))"
+  RANK=$NODE_RANK
+else
+  mine=" $(hostname) $(hostname -s 2>/dev/null || true) $(hostname -f 2>/dev/null || true) "
+  for i in "${!NAMES[@]}"; do
+    if [[ $mine == *" ${NAMES[$i]} "* || $mine == *" ${NAMES[$i]%%.*} "* ]]; then RANK=$i; break; fi
+  done
+  if [ -z "$RANK" ]; then
+    addrs=" $(hostname -I 2>/dev/null || ip -o addr show 2>/dev/null | awk '{split($4, a, "/"); printf "%s ", a[1]}') "
+    for i in "${!NAMES[@]}"; do
+      a=$(getent hosts "${NAMES[$i]}" | awk '{print $1; exit}' || true)
+      if [ -n "$a" ] && [[ $addrs == *" $a "* ]]; then RANK=$i; break; fi
+    done
+  fi
+  [ -n "$RANK" ] || die "this instance ($(hostname)) is none of the hosts from $SOURCE; set NODE_RANK"
+fi
+ME=${NAMES[$RANK]}
+log "hosts from $SOURCE: ${NAMES[*]} (this is $ME, rank $RANK of $N)"
+
+# --- sshd and peers ----------------------------------------------------------------------
+
+port_open() { timeout 2 bash -c ": </dev/tcp/$1/$2" 2>/dev/null; }
+
+start_sshd() {
+  local i
+  if port_open 127.0.0.1 "$PORT"; then log "sshd already listens on port $PORT"; return 0; fi
+  if [ "$(id -u)" -eq 0 ]; then
+    install -d -m 0755 /run/sshd
+    if ! compgen -G '/etc/ssh/ssh_host_*_key' >/dev/null; then ssh-keygen -A; fi
+    /usr/sbin/sshd -p "$PORT"
+  else
+    [ -r "$HOME/.sshd_config" ] || die "no $HOME/.sshd_config: run 'hpcwizard apply' as $(id -un) first"
+    /usr/sbin/sshd -f "$HOME/.sshd_config"
+  fi
+  for i in $(seq 50); do
+    if port_open 127.0.0.1 "$PORT"; then log "started sshd on port $PORT"; return 0; fi
+    sleep 0.1
+  done
+  die "sshd did not start listening on port $PORT"
+}
+
+# Bounded retries with backoff (1, 2, 4, 8, 16, 16... seconds) on the name, then the port.
+wait_for() {
+  local h=$1 need_port=$2 try=1 delay=1
+  while :; do
+    if getent hosts "$h" >/dev/null; then
+      if [ "$need_port" = no ] || port_open "$h" "$PORT"; then return 0; fi
+      what="port $PORT"
+    else
+      what="name"
+    fi
+    [ "$try" -lt "$WAIT_TRIES" ] || { log "$h: $what not ready after $try tries"; return 1; }
+    log "waiting for $h ($what), try $try of $WAIT_TRIES, next in ${delay}s"
+    sleep "$delay"
+    try=$((try + 1))
+    delay=$((delay * 2))
+    if [ "$delay" -gt 16 ]; then delay=16; fi
+  done
+}
+'''
+
+_MPI = r'''
+start_sshd
+for h in "${NAMES[@]}"; do
+  if [ "$h" != "$ME" ]; then wait_for "$h" yes || die "$h is not reachable on port $PORT"; fi
+done
+
+HOSTFILE_OUT="$RUN_DIR/hostfile.$ME"
+: > "$HOSTFILE_OUT"
+for h in "${NAMES[@]}"; do printf '%s slots=%s\n' "$h" "$SLOTS" >> "$HOSTFILE_OUT"; done
+
+if [ "$RANK" -ne 0 ]; then
+  # A worker: mpirun on the first host starts the ranks here over SSH, then tells us the end.
+  rm -f "$RUN_DIR/done.$ME"
+  log "waiting for $FIRST to run the job"
+  waited=0
+  while [ ! -e "$RUN_DIR/done.$ME" ]; do
+    sleep 1
+    waited=$((waited + 1))
+    if [ "${WORKER_TIMEOUT:-0}" -gt 0 ] && [ "$waited" -ge "${WORKER_TIMEOUT:-0}" ]; then
+      die "the job did not end within ${WORKER_TIMEOUT}s"
+    fi
+  done
+  rc=$(cat "$RUN_DIR/done.$ME" 2>/dev/null || echo 1)
+  rm -f "$RUN_DIR/done.$ME"
+  log "the job ended with status $rc"
+  exit "$rc"
+fi
+
+NP=${NP:-$((N * SLOTS))}
+ROOT_ARGS=()
+if [ "$(id -u)" -eq 0 ]; then ROOT_ARGS=(--allow-run-as-root); fi
+X_ARGS=()
+for v in "${LAUNCH_ENV[@]}"; do X_ARGS+=(-x "$v"); done
+log "mpirun -np $NP on ${NAMES[*]}: $*"
+set +e
+mpirun --hostfile "$HOSTFILE_OUT" -np "$NP" ${ROOT_ARGS[@]+"${ROOT_ARGS[@]}"} \
+  ${MPIRUN_ARGS[@]+"${MPIRUN_ARGS[@]}"} ${X_ARGS[@]+"${X_ARGS[@]}"} "$@"
+rc=$?
+set -e
+for h in "${NAMES[@]}"; do
+  if [ "$h" != "$ME" ]; then
+    ssh -o BatchMode=yes -o ConnectTimeout=5 -p "$PORT" "$h" \
+      "mkdir -p .hpcwizard/launch && echo $rc > .hpcwizard/launch/done.$h" \
+      || log "could not tell $h that the job ended"
+  fi
+done
+exit "$rc"
+'''
+
+_TORCH = r'''
+for h in "${NAMES[@]}"; do
+  if [ "$h" != "$ME" ]; then wait_for "$h" no || die "the name $h does not resolve"; fi
+done
+MASTER=${MASTER_ADDR:-$FIRST}
+MPORT=${MASTER_PORT:-29500}
+NPROC=${NPROC_PER_NODE:-}
+if [ -z "$NPROC" ]; then
+  NPROC=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+  if [ "${NPROC:-0}" -lt 1 ]; then NPROC=1; fi
+fi
+# 'python3 train.py': torchrun runs the script with the Python it belongs to; an explicit
+# interpreter (/opt/conda/bin/python) is honoured by running torch.distributed.run with it.
+PY=""
+case "$1" in
+  python|python3|python3.*) shift ;;
+  */python|*/python3|*/python3.*) PY=$1; shift ;;
+esac
+if [ -n "$PY" ]; then TORCHRUN=("$PY" -m torch.distributed.run)
+elif command -v torchrun >/dev/null 2>&1; then TORCHRUN=(torchrun)
+else TORCHRUN=(python3 -m torch.distributed.run); fi
+ARGS=(--nnodes="$N" --node-rank="$RANK" --nproc-per-node="$NPROC" --master-addr="$MASTER" --master-port="$MPORT")
+log "torchrun node $RANK of $N, master $MASTER:$MPORT, $NPROC process(es) here: $*"
+case "$1" in
+  *.py) exec "${TORCHRUN[@]}" "${ARGS[@]}" "$@" ;;
+  *) exec "${TORCHRUN[@]}" "${ARGS[@]}" --no-python "$@" ;;
+esac
+'''
+
+
+def launch_script(plan: Plan) -> str:
+    c = plan.choices
+    rec = plan.recommendation
+    env = list(plan.launch_env)
+    for k, _ in env:
+        if not _ENV_NAME.match(k):
+            raise ValueError(f"launch environment name {k!r} is not a shell variable name")
+    out: List[str] = [
+        "#!/usr/bin/env bash",
+        f"# Written by hpcwizard {__version__}: the per-instance launch script. Run the same",
+        "# command on every instance of the job:",
+        "#   bash launch.sh [--hosts a,b,c | --hostfile FILE] [--] PROGRAM [ARGS...]",
+        "#   bash launch.sh -- python train.py --lr 0.1",
+        f"# framework={c.framework} network={c.network} ssh_port={c.ssh_port} "
+        f"user={plan.target.user}",
+    ]
+    if rec.path == "preset" and rec.preset is not None:
+        out.append(f"# For the preset image {rec.preset.image}: sshd is started as whoever runs "
+                   "this script (root: the system sshd; a user: sshd -f ~/.sshd_config).")
+    elif plan.os_label:
+        out.append(f"# Planned on: {plan.os_label}")
+    out.append("# 'bash launch.sh --help' lists the host sources and settings.")
+    out.append("set -euo pipefail")
+    out.append("")
+    out.append(f"PORT={int(c.ssh_port)}")
+    out.append("# The plan's environment for the job (also passed to every rank with mpirun -x).")
+    for k, v in env:
+        out.append(f"export {k}=" + "'" + v.replace("'", "'\\''") + "'")
+    args = list(plan.mpirun_args)
+    passed = {args[i + 1] for i, a in enumerate(args[:-1]) if a == "-x"}
+    out.append("# Passed to the ranks with mpirun -x (those MPIRUN_ARGS does not pass already).")
+    out.append("LAUNCH_ENV=(" + " ".join(shlex.quote(k) for k, _ in env if k not in passed) + ")")
+    out.append("MPIRUN_ARGS=(" + " ".join(shlex.quote(a) for a in plan.mpirun_args) + ")")
+    out.append(_BODY.strip("\n"))
+    out.append((_MPI if c.framework == "mpi" else _TORCH).rstrip("\n"))
+    out.append("")
+    text = "\n".join(out)
+    if c.framework != "mpi":  # torchrun needs neither the mpirun settings nor sshd
+        text = text.replace("LAUNCH_ENV=(", "# shellcheck disable=SC2034\nLAUNCH_ENV=(", 1)
+        text = text.replace("MPIRUN_ARGS=(", "# shellcheck disable=SC2034\nMPIRUN_ARGS=(", 1)
+    return text

@@ -1,0 +1,799 @@
+"""Does it work? `verify(plan, facts, hosts)` runs checks here and across the job's instances
+and returns them as data (Check, Report): the CLI formats them, the TUI shows them; nothing
+here prints.
+
+Every check records the exact command it ran, so a user can run it again by hand. A failed
+check carries the diagnoses the signature table (recipes/diagnoses.toml, scope "job") finds
+in the command's output — or, when a command fails silently (a name that does not resolve,
+a port that does not answer), the table's entry for that failure — and one plain line.
+
+Here: sshd listening on the port; key login to this host in BatchMode; over InfiniBand:
+OpenMPI has pml ucx, UCX lists an IB transport, the ports are ACTIVE (and their rate),
+uverbs devices open, locked memory is unlimited; for PyTorch: torch and NCCL import.
+
+Across instances, one chain per host, at most MAX_WORKERS at once: the name resolves
+(getent hosts: /etc/hosts and DNS, as the job sees them), the SSH port answers, `ssh HOST
+hostname` in BatchMode returns that host's name. Then, for MPI, `mpirun hostname` on every
+host (and over IB an MPI all-reduce whose UCX log shows IB or TCP); for PyTorch a two-instance
+torch.distributed all-reduce started through the launch script (gloo on CPU, nccl on GPU;
+over IB its NCCL log shows IB or sockets).
+
+Commands run through a `System` (the seam): tests pass a fake one.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shlex
+import signal
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from .diagnose import Diagnosis, diagnose, explain
+from .facts import Facts
+from .hosts import Hosts
+from .plan import Plan
+
+PASS, FAIL, SKIP = "pass", "fail", "skip"
+MAX_WORKERS = 16
+CONNECT_TIMEOUT = 3  # seconds, a TCP connect to a peer's SSH port
+SSH_TIMEOUT = 20.0
+JOB_TIMEOUT = 120.0
+
+SSH_OPTS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=5")
+
+# --- data -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str  # stable: "here/sshd", "peer/node2/login", "cluster/mpirun"
+    title: str
+    status: str  # pass | fail | skip
+    command: str = ""  # what ran, as shell text a user can paste
+    detail: str = ""  # what was seen (an address, a rate, a host name, a reason to skip)
+    explain: str = ""  # for a failure: what it means, in one plain line
+    host: str = ""  # the peer this check is about ("" for here and the whole cluster)
+    diagnoses: Tuple[Diagnosis, ...] = ()
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        return self.status == FAIL
+
+    def to_dict(self) -> Dict[str, object]:
+        return {"id": self.id, "title": self.title, "status": self.status,
+                "command": self.command, "detail": self.detail, "explain": self.explain,
+                "host": self.host, "seconds": round(self.seconds, 3),
+                "diagnoses": [{"id": d.id, "cause": d.cause, "fix": d.fix, "line": d.line,
+                               "cause_zh": d.i18n.get("zh", {}).get("cause", ""),
+                               "fix_zh": d.i18n.get("zh", {}).get("fix", "")}
+                              for d in self.diagnoses]}
+
+
+@dataclass(frozen=True)
+class Report:
+    checks: Tuple[Check, ...]
+    hosts: Optional[Hosts]
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return not any(c.failed for c in self.checks)
+
+    @property
+    def counts(self) -> Dict[str, int]:
+        out = {PASS: 0, FAIL: 0, SKIP: 0}
+        for c in self.checks:
+            out[c.status] += 1
+        return out
+
+    def to_dict(self) -> Dict[str, object]:
+        return {"ok": self.ok, "seconds": round(self.seconds, 3), "counts": self.counts,
+                "hosts": self.hosts.to_dict() if self.hosts else None,
+                "checks": [c.to_dict() for c in self.checks]}
+
+
+@dataclass(frozen=True)
+class Ran:
+    argv: Tuple[str, ...]
+    rc: int  # 127: not installed; 124: timed out
+    out: str  # stdout and stderr, interleaved as the program wrote them
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+    @property
+    def command(self) -> str:
+        return shlex.join(self.argv)
+
+    def lines(self) -> List[str]:
+        return self.out.splitlines()
+
+    def last_line(self) -> str:
+        for line in reversed(self.out.splitlines()):
+            if line.strip():
+                return line.strip()
+        return f"exit code {self.rc}"
+
+
+# --- the seam -------------------------------------------------------------------------------
+
+
+class System:
+    """Runs commands for verify. A fake replaces `run` (and `uid`) in the tests."""
+
+    def uid(self) -> int:
+        return os.getuid()
+
+    def user(self) -> str:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+
+    def run(self, argv: Sequence[str], timeout: float = 10.0,
+            env: Optional[Mapping[str, str]] = None, stdin: Optional[bytes] = None) -> Ran:
+        argv = tuple(argv)
+        child_env = dict(os.environ)
+        child_env.update(env or {})
+        child_env.setdefault("LC_ALL", "C")
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin is not None
+                                    else subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, env=child_env,
+                                    start_new_session=True)
+        except FileNotFoundError:
+            return Ran(argv, 127, f"{argv[0]}: command not found")
+        try:
+            out, _ = proc.communicate(stdin, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                proc.kill()
+            try:
+                out, _ = proc.communicate(timeout=2)
+            except subprocess.TimeoutExpired:
+                out = b""
+            text = (out or b"").decode("utf-8", "replace")
+            return Ran(argv, 124, text + f"\n(did not finish within {timeout:g} s)")
+        return Ran(argv, proc.returncode, (out or b"").decode("utf-8", "replace"))
+
+    def write_temp(self, name: str, text: str, mode: int = 0o644) -> str:
+        """A file every user can read, for the hostfile and the test programs."""
+        d = Path(tempfile.gettempdir()) / f"hpcwizard-verify-{os.getuid()}"
+        d.mkdir(mode=0o755, exist_ok=True)
+        os.chmod(d, 0o755)
+        p = d / name
+        tmp = p.with_name(p.name + f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, p)
+        return str(p)
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+class _Ctx:
+    def __init__(self, plan: Plan, facts: Facts, system: System) -> None:
+        self.plan = plan
+        self.facts = facts
+        self.sys = system
+        self.port = plan.choices.ssh_port
+        self.framework = plan.choices.framework
+        self.network = plan.choices.network
+        self.target = plan.target.user
+        self.as_target: Tuple[str, ...] = ()
+        self.python = "python3"  # the interpreter that imports torch, once check_torch found it
+        self.cannot_act_as = ""
+        if system.user() != self.target:
+            if system.uid() == 0:
+                self.as_target = ("runuser", "-u", self.target, "--")
+            else:
+                self.cannot_act_as = (f"verify runs as {system.user()}, the job as {self.target}: "
+                                      f"run verify as {self.target} (or root) for this check")
+
+    def ssh(self, host: str, *remote: str) -> Tuple[str, ...]:
+        return (*self.as_target, "ssh", *SSH_OPTS, "-p", str(self.port), host, *remote)
+
+
+def _check(id: str, title: str, ran: Optional[Ran], ok: bool, detail: str = "",
+           plain: str = "", host: str = "", fallback: str = "", t0: float = 0.0,
+           status: Optional[str] = None, command: str = "") -> Check:
+    """A check from a command's result: on failure, the table's diagnoses of its output, or
+    the table's entry `fallback` when the output names nothing known."""
+    st = status or (PASS if ok else FAIL)
+    diags: Tuple[Diagnosis, ...] = ()
+    if st != PASS and ran is not None:
+        diags = tuple(diagnose(ran.lines(), scope="job"))
+    if st != PASS and not diags and fallback:
+        diags = (explain(fallback, ran.last_line() if ran else ""),)
+    return Check(id, title, st, command or (ran.command if ran else ""), detail,
+                 plain if st != PASS else "", host, diags,
+                 time.monotonic() - t0 if t0 else 0.0)
+
+
+def _skip(id: str, title: str, why: str, host: str = "", command: str = "") -> Check:
+    return Check(id, title, SKIP, command, why, "", host)
+
+
+def _first_word(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def _short(name: str) -> str:
+    return name.split(".", 1)[0].lower()
+
+
+# --- checks here ------------------------------------------------------------------------------
+
+
+def check_sshd(ctx: _Ctx) -> Check:
+    t0 = time.monotonic()
+    r = ctx.sys.run(["timeout", str(CONNECT_TIMEOUT), "bash", "-c",
+                     f": </dev/tcp/127.0.0.1/{ctx.port}"], timeout=CONNECT_TIMEOUT + 2)
+    return _check("here/sshd", f"sshd listens on port {ctx.port} here", r, r.ok,
+                  detail=f"127.0.0.1:{ctx.port} answers" if r.ok else r.last_line(),
+                  plain=f"Nothing listens on port {ctx.port} on this instance: sshd is not "
+                        "running (containers do not start it by themselves).",
+                  fallback="ssh-refused", t0=t0)
+
+
+def check_self_login(ctx: _Ctx) -> Check:
+    title = "key login to this host (BatchMode)"
+    if ctx.cannot_act_as:
+        return _skip("here/login", title, ctx.cannot_act_as)
+    t0 = time.monotonic()
+    r = ctx.sys.run(ctx.ssh("localhost", "true"), timeout=SSH_TIMEOUT)
+    return _check("here/login", title, r, r.ok,
+                  detail=f"{ctx.target}@localhost:{ctx.port}" if r.ok else r.last_line(),
+                  plain=f"{ctx.target} cannot log in to this instance with its key without a "
+                        "prompt; mpirun would fail the same way on every instance.",
+                  t0=t0)
+
+
+def check_ompi_ucx(ctx: _Ctx) -> Check:
+    from .detect.software import parse_ompi_info
+
+    t0 = time.monotonic()
+    r = ctx.sys.run(["ompi_info"], timeout=30)
+    pml: Tuple[str, ...] = ()
+    if r.ok:
+        pml = tuple(parse_ompi_info(r.out).get("pml", ()))  # type: ignore[arg-type]
+    ok = r.ok and "ucx" in pml
+    detail = (f"pml components: {', '.join(pml) or 'none'}" if r.ok else r.last_line())
+    return _check("here/ompi-ucx", "OpenMPI has the UCX transport (pml ucx)", r, ok,
+                  detail=detail,
+                  plain="This OpenMPI cannot use UCX, so it cannot use InfiniBand: use an "
+                        "OpenMPI built with UCX (e.g. the openmpi-ib preset image).",
+                  fallback="pml-ucx", t0=t0)
+
+
+def parse_ucx_devices(text: str) -> List[Tuple[str, str]]:
+    """`ucx_info -d` -> [(transport, device)] in order."""
+    pairs, transport = [], ""
+    for line in text.splitlines():
+        m = re.match(r"^#\s*Transport:\s*(\S+)", line)
+        if m:
+            transport = m.group(1)
+            continue
+        m = re.match(r"^#\s*Device:\s*(\S+)", line)
+        if m and transport:
+            pairs.append((transport, m.group(1)))
+    return pairs
+
+
+def ib_transports(pairs: Sequence[Tuple[str, str]], hcas: Sequence[str] = ()) -> List[str]:
+    """The rc/dc/ud transports on an IB device: 'rc_mlx5/mlx5_0:1', ..."""
+    out = []
+    for tl, dev in pairs:
+        hca = dev.split(":", 1)[0]
+        if re.match(r"^(rc|dc|ud)(_|$)", tl) and (re.match(r"^mlx\d+_\d+$", hca) or hca in hcas):
+            out.append(f"{tl}/{dev}")
+    return out
+
+
+def check_ucx_ib(ctx: _Ctx) -> Check:
+    t0 = time.monotonic()
+    r = ctx.sys.run(["ucx_info", "-d"], timeout=30)
+    hcas = [h.name for h in ctx.facts.hcas if not h.software]
+    found = ib_transports(parse_ucx_devices(r.out), hcas) if r.ok else []
+    detail = (", ".join(found[:6]) + (" ..." if len(found) > 6 else "")) if found else \
+        (r.last_line() if not r.ok else "no rc/dc/ud transport on an IB device")
+    return _check("here/ucx-ib", "UCX lists an InfiniBand transport", r, bool(found),
+                  detail=detail,
+                  plain="UCX sees no InfiniBand device here, so MPI would run over TCP: the IB "
+                        "device is not passed into the container, or the verbs libraries are "
+                        "missing.", fallback="ucx-no-transports", t0=t0)
+
+
+def _job_ports(ctx: _Ctx) -> List[str]:
+    env = dict(ctx.plan.launch_env)
+    for var in ("UCX_NET_DEVICES", "NCCL_IB_HCA"):
+        if env.get(var):
+            return [p.strip().lstrip("=^") for p in env[var].split(",") if p.strip()]
+    return []
+
+
+def check_ports(ctx: _Ctx) -> Check:
+    wanted = _job_ports(ctx)
+    ports = [p for h in ctx.facts.hcas if not h.software for p in h.ports]
+    if wanted:
+        ports = [p for p in ports if p.name in wanted or p.hca in wanted]
+    cmd = "cat /sys/class/infiniband/*/ports/*/state /sys/class/infiniband/*/ports/*/rate"
+    title = "InfiniBand ports are ACTIVE"
+    if not ports:
+        return Check("here/ib-ports", title, FAIL, cmd, "no InfiniBand port found",
+                     "This instance has no InfiniBand port: choose an instance type with IB, "
+                     "or --network tcp.", diagnoses=(explain("nccl-socket-fallback"),))
+    seen = "; ".join(f"{p.name} {p.state}" + (f" {p.rate_gbps:g} Gb/s" if p.rate_gbps else "")
+                     + (f" ({p.link_layer})" if p.link_layer not in ("", "unknown") else "")
+                     for p in ports)
+    down = [p.name for p in ports if not p.active]
+    return Check("here/ib-ports", title, FAIL if down else PASS, cmd, seen,
+                 f"Port(s) {', '.join(down)} are not ACTIVE: the cable, the switch or the subnet "
+                 "manager; ask the platform, or leave these ports out." if down else "")
+
+
+def check_uverbs(ctx: _Ctx) -> Check:
+    t0 = time.monotonic()
+    script = ('set -- /dev/infiniband/uverbs*; [ -e "$1" ] || { echo "no /dev/infiniband/uverbs*"; '
+              'exit 1; }; for d in "$@"; do exec 3<>"$d" || exit 1; exec 3>&-; echo "$d"; done')
+    r = ctx.sys.run([*ctx.as_target, "bash", "-c", script], timeout=10)
+    return _check("here/uverbs", "RDMA devices (uverbs) open here", r, r.ok,
+                  detail=" ".join(r.lines()) if r.ok else r.last_line(),
+                  plain="The RDMA devices are not usable in this container: they are not passed "
+                        "in (/dev/infiniband), or this user may not open them.",
+                  fallback="verbs-no-driver", t0=t0)
+
+
+def check_memlock(ctx: _Ctx) -> Check:
+    t0 = time.monotonic()
+    r = ctx.sys.run([*ctx.as_target, "bash", "-c", "ulimit -l"], timeout=10)
+    value = _first_word(r.out)
+    return _check("here/memlock", "locked memory is unlimited (ulimit -l)", r,
+                  r.ok and value == "unlimited", detail=f"ulimit -l: {value or '?'}",
+                  plain="RDMA pins its buffers in memory and this limit is too low: start the "
+                        "container with --ulimit memlock=-1:-1.", fallback="memlock", t0=t0)
+
+
+TORCH_PROBE = ("import json, sys, torch, torch.distributed as d\n"
+               "print('HPCWIZARD-TORCH ' + json.dumps({'torch': torch.__version__, "
+               "'python': sys.executable, "
+               "'cuda': torch.cuda.is_available(), 'dist': d.is_available(), "
+               "'nccl': d.is_available() and d.is_nccl_available(), "
+               "'nccl_version': '.'.join(map(str, torch.cuda.nccl.version())) "
+               "if torch.cuda.is_available() else ''}))\n")
+
+
+def check_torch(ctx: _Ctx) -> List[Check]:
+    import json
+
+    t0 = time.monotonic()
+    r = ctx.sys.run([*ctx.as_target, "python3", "-c", TORCH_PROBE], timeout=120)
+    data: Dict[str, object] = {}
+    for line in r.lines():
+        if line.startswith("HPCWIZARD-TORCH "):
+            data = json.loads(line[len("HPCWIZARD-TORCH "):])
+    torch_ok = r.ok and bool(data.get("dist"))
+    if data.get("python"):
+        ctx.python = str(data["python"])
+    out = [_check("here/torch", "PyTorch imports, with torch.distributed", r, torch_ok,
+                  detail=f"torch {data.get('torch')}" if data else r.last_line(),
+                  plain="python3 cannot import torch (or it lacks torch.distributed): install "
+                        "PyTorch, or start from the pytorch preset image.", t0=t0)]
+    title = "NCCL is available to torch"
+    if not torch_ok:
+        out.append(_skip("here/nccl", title, "torch does not import"))
+    elif not data.get("cuda") and not ctx.facts.gpus:
+        out.append(_skip("here/nccl", title, "no GPU here: the job uses gloo, not NCCL",
+                         command=r.command))
+    else:
+        ok = bool(data.get("nccl"))
+        out.append(Check("here/nccl", title, PASS if ok else FAIL, r.command,
+                         f"NCCL {data.get('nccl_version') or '?'}" if ok else
+                         "torch.distributed.is_nccl_available() is False",
+                         "" if ok else "This PyTorch has no NCCL: install a CUDA build of "
+                         "PyTorch matching the driver."))
+    return out
+
+
+def local_checks(ctx: _Ctx) -> List[Check]:
+    out: List[Check] = []
+    if ctx.framework == "mpi" or ctx.plan.recommendation.path != "preset":
+        out.append(check_sshd(ctx))
+        out.append(check_self_login(ctx))
+    if ctx.network == "ib":
+        if ctx.framework == "mpi":
+            out.append(check_ompi_ucx(ctx))
+            out.append(check_ucx_ib(ctx))
+        out += [check_ports(ctx), check_uverbs(ctx), check_memlock(ctx)]
+    if ctx.framework == "pytorch":
+        out += check_torch(ctx)
+    return out
+
+
+# --- checks across instances -------------------------------------------------------------------
+
+
+def peer_checks(ctx: _Ctx, host: str) -> List[Check]:
+    """name -> port -> login, for one host; a later check is skipped when an earlier fails.
+    For PyTorch, SSH is only how verify starts its test: an SSH failure is a skip."""
+    out: List[Check] = []
+    t0 = time.monotonic()
+    r = ctx.sys.run(["getent", "hosts", host], timeout=10)
+    addr = _first_word(r.out).split()[0] if r.ok and r.out.strip() else ""
+    out.append(_check(f"peer/{host}/resolve", f"{host}: name resolves", r, bool(addr),
+                      detail=addr or "no address", host=host, fallback="name-unresolved",
+                      plain=f"{host} has no address here (not in DNS, not in /etc/hosts): the "
+                            "instance does not exist, is not up yet, or the name is wrong.",
+                      t0=t0))
+    soft = ctx.framework == "pytorch"
+    if not addr:
+        out.append(_skip(f"peer/{host}/port", f"{host}: SSH port {ctx.port} answers",
+                         "the name does not resolve", host))
+        out.append(_skip(f"peer/{host}/login", f"{host}: key login returns its name",
+                         "the name does not resolve", host))
+        return out
+    t0 = time.monotonic()
+    r = ctx.sys.run(["timeout", str(CONNECT_TIMEOUT), "bash", "-c",
+                     f": </dev/tcp/{host}/{ctx.port}"], timeout=CONNECT_TIMEOUT + 2)
+    timed_out = r.rc == 124
+    c = _check(f"peer/{host}/port", f"{host}: SSH port {ctx.port} answers", r, r.ok,
+               detail=f"{addr}:{ctx.port} answers" if r.ok else
+               ("no answer within %ds" % CONNECT_TIMEOUT if timed_out else r.last_line()),
+               host=host, fallback="ssh-timeout" if timed_out else "ssh-refused",
+               plain=(f"{host} ({addr}) does not answer on port {ctx.port}: sshd is not running "
+                      "there" + (", or a firewall drops the traffic" if timed_out else "") + "."),
+               t0=t0, status=(SKIP if soft and not r.ok else None))
+    out.append(c)
+    if not r.ok:
+        out.append(_skip(f"peer/{host}/login", f"{host}: key login returns its name",
+                         f"port {ctx.port} does not answer", host))
+        return out
+    title = f"{host}: key login returns its name"
+    if ctx.cannot_act_as:
+        out.append(_skip(f"peer/{host}/login", title, ctx.cannot_act_as, host))
+        return out
+    t0 = time.monotonic()
+    r = ctx.sys.run(ctx.ssh(host, "hostname"), timeout=SSH_TIMEOUT)
+    got = _first_word(r.out) if r.ok else ""
+    same = bool(got) and (_short(got) == _short(host) or got.lower() == host.lower())
+    if r.ok and not same:
+        out.append(Check(f"peer/{host}/login", title, FAIL, r.command,
+                         f"reached {got!r}", f"ssh {host} reached a host that calls itself "
+                         f"{got!r}: the name {host} points at another instance (stale DNS or "
+                         "/etc/hosts entry).", host, seconds=time.monotonic() - t0))
+        return out
+    out.append(_check(f"peer/{host}/login", title, r, r.ok, detail=got or r.last_line(),
+                      host=host, t0=t0, status=(SKIP if soft and not r.ok else None),
+                      plain=f"{ctx.target} cannot log in to {host} with its key without a "
+                            "prompt, so mpirun cannot start ranks there."))
+    return out
+
+
+def _hostfile_text(hosts: Hosts) -> str:
+    lines = []
+    for i, name in enumerate(hosts.names):
+        slots = hosts.slots[i] if i < len(hosts.slots) else 1
+        lines.append(f"{name} slots={slots}")
+    return "\n".join(lines) + "\n"
+
+
+def _mpirun_base(ctx: _Ctx, hostfile: str, np: int) -> List[str]:
+    argv = [*ctx.as_target, "mpirun", "--hostfile", hostfile, "-np", str(np)]
+    if ctx.target == "root" or ctx.plan.target.uid == 0:
+        argv.append("--allow-run-as-root")
+    argv += list(ctx.plan.mpirun_args)
+    return argv
+
+
+def check_mpirun(ctx: _Ctx, hosts: Hosts) -> Check:
+    t0 = time.monotonic()
+    n = len(hosts.names)
+    hf = ctx.sys.write_temp("hostfile", "\n".join(f"{h} slots=1" for h in hosts.names) + "\n")
+    argv = _mpirun_base(ctx, hf, n) + ["--map-by", "node", "hostname"]
+    r = ctx.sys.run(argv, timeout=JOB_TIMEOUT)
+    names = [ln.strip() for ln in r.lines() if ln.strip()] if r.ok else []
+    got = sorted({_short(x) for x in names})
+    want = sorted({_short(x) for x in hosts.names})
+    ok = r.ok and len(names) == n and got == want
+    detail = (f"{n} ranks on {', '.join(got)}" if ok else
+              (f"ran on {', '.join(got)}" if r.ok else r.last_line()))
+    return _check("cluster/mpirun", f"mpirun starts a process on all {n} hosts", r, ok,
+                  detail=detail, fallback="mpi-daemons", t0=t0,
+                  plain="mpirun could not start processes on every instance; the diagnosis "
+                        "below names the reason.")
+
+
+MPI_ALLREDUCE_C = r"""#include <mpi.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+  int rank, size, one = 1, sum = 0;
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (rank == 0) printf("HPCWIZARD-MPI size=%d sum=%d\n", size, sum);
+  MPI_Finalize();
+  return sum == size ? 0 : 1;
+}
+"""
+
+
+def transport_from_ucx_log(text: str) -> str:
+    """'ib' when UCX's endpoint configuration uses rc/dc/ud on an IB device, 'tcp' when the
+    network lanes are tcp only, '' when the log does not say."""
+    lanes = re.findall(r"\b((?:rc|dc|ud|tcp)[a-z0-9_]*)/([A-Za-z0-9_.:-]+)", text)
+    if not lanes:
+        return ""
+    if any(tl.startswith(("rc", "dc", "ud")) for tl, _ in lanes):
+        return "ib"
+    return "tcp"
+
+
+def transport_from_nccl_log(text: str) -> str:
+    """'ib' for 'Using network IB' (or IBext/ a plugin over IB), 'tcp' for 'Using network
+    Socket', '' when the log does not say."""
+    m = re.findall(r"Using network (\S+)", text)
+    if not m:
+        if re.search(r"NET/IB : Using \[", text):
+            return "ib"
+        return ""
+    return "tcp" if all(x.lower().startswith("socket") for x in m) else "ib"
+
+
+def _spread(ctx: _Ctx, hosts: Sequence[str], path: str, data: bytes) -> Optional[Ran]:
+    """Put a file at the same path on each host over SSH (skipped where it already is, so a
+    shared home is never truncated). Returns the failed command, if any."""
+    q = shlex.quote(path)
+    for host in hosts:
+        remote = (f"test -s {q} && exit 0; mkdir -p {shlex.quote(os.path.dirname(path))} && "
+                  f"cat > {q}.$$ && chmod 755 {q}.$$ && mv -f {q}.$$ {q}")
+        r = ctx.sys.run(ctx.ssh(host, remote), timeout=SSH_TIMEOUT, stdin=data)
+        if not r.ok:
+            return r
+    return None
+
+
+def _cache_path(ctx: _Ctx, name: str, text: str) -> str:
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    return f"{ctx.plan.target.home}/.cache/hpcwizard/{digest}-{name}"
+
+
+def check_mpi_transport(ctx: _Ctx, hosts: Hosts) -> Check:
+    """Over IB: an MPI all-reduce across two instances with UCX logging: IB or TCP?"""
+    title = "MPI over UCX uses InfiniBand between instances"
+    if len(hosts.names) < 2:
+        return _skip("cluster/mpi-transport", title, "one host: nothing crosses the network")
+    src = _cache_path(ctx, "allreduce.c", MPI_ALLREDUCE_C)
+    exe = src[:-2]
+    t0 = time.monotonic()
+    if not ctx.sys.run([*ctx.as_target, "test", "-x", exe], timeout=5).ok:
+        r = ctx.sys.run([*ctx.as_target, "bash", "-c",
+                         f"mkdir -p {shlex.quote(os.path.dirname(src))} && cat > {shlex.quote(src)}"
+                         f" && mpicc -O1 -o {shlex.quote(exe)} {shlex.quote(src)}"],
+                        timeout=60, stdin=MPI_ALLREDUCE_C.encode())
+        if not r.ok:
+            return _skip("cluster/mpi-transport", title,
+                         f"cannot build the test program with mpicc: {r.last_line()}",
+                         command=r.command)
+    pair = list(hosts.names[:2])
+    try:
+        binary = Path(exe).read_bytes()
+    except OSError:
+        binary = b""
+    if binary:
+        failed = _spread(ctx, pair, exe, binary)
+        if failed is not None:
+            return _check("cluster/mpi-transport", title, failed, False, t0=t0,
+                          detail=failed.last_line(),
+                          plain="Could not copy the MPI test program to the other instance.")
+    hf = ctx.sys.write_temp("hostfile-2", "".join(f"{h} slots=1\n" for h in pair))
+    argv = _mpirun_base(ctx, hf, 2) + ["--map-by", "node", "--mca", "pml", "ucx",
+                                       "-x", "UCX_LOG_LEVEL=info"]
+    passed = {a for i, a in enumerate(argv) if i and argv[i - 1] == "-x"}
+    for k, _ in ctx.plan.launch_env:
+        if k not in passed:
+            argv += ["-x", k]
+    argv.append(exe)
+    r = ctx.sys.run(argv, timeout=JOB_TIMEOUT, env={**dict(ctx.plan.launch_env),
+                                                    "UCX_LOG_LEVEL": "info"})
+    used = transport_from_ucx_log(r.out)
+    ok = r.ok and used == "ib"
+    detail = {"ib": "UCX chose InfiniBand", "tcp": "UCX fell back to TCP"}.get(
+        used, "the UCX log does not say which transport") if r.ok else r.last_line()
+    return _check("cluster/mpi-transport", title, r, ok, detail=detail, t0=t0,
+                  fallback="ucx-no-transports",
+                  plain="MPI between instances does not use InfiniBand (it runs, but over TCP)"
+                        if r.ok else "The MPI test job failed; the diagnosis names the reason.")
+
+
+ALLREDUCE_PY = """import os, torch, torch.distributed as dist
+backend = "nccl" if torch.cuda.is_available() else "gloo"
+dist.init_process_group(backend)
+rank, size = dist.get_rank(), dist.get_world_size()
+dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if backend == "nccl" else torch.device("cpu")
+if backend == "nccl":
+    torch.cuda.set_device(dev)
+t = torch.tensor([float(rank + 1)], device=dev)
+dist.all_reduce(t)
+print(f"HPCWIZARD-ALLREDUCE rank={rank} size={size} backend={backend} sum={t.item():g} "
+      f"expected={size * (size + 1) / 2:g}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def parse_allreduce(text: str) -> List[Dict[str, str]]:
+    out = []
+    for m in re.finditer(r"HPCWIZARD-ALLREDUCE (.*)", text):
+        out.append(dict(kv.split("=", 1) for kv in m.group(1).split() if "=" in kv))
+    return out
+
+
+def check_torch_allreduce(ctx: _Ctx, hosts: Hosts, here: str) -> List[Check]:
+    """Two processes, one on this host and one on another, through the launch script."""
+    from .launch import launch_script
+
+    title = "torch.distributed all_reduce across two instances"
+    tid, xid = "cluster/torch-allreduce", "cluster/nccl-transport"
+    xtitle = "NCCL uses InfiniBand between instances"
+    if len(hosts.names) < 2:
+        return [_skip(tid, title, "one host: nothing crosses the network")]
+    if here not in hosts.names:
+        return [_skip(tid, title, f"this host ({here}) is not one of the job's hosts: run "
+                      "verify on one of them")]
+    other = next(h for h in hosts.names if h != here)
+    script = launch_script(ctx.plan)
+    spath = _cache_path(ctx, "launch.sh", script)
+    ppath = _cache_path(ctx, "allreduce.py", ALLREDUCE_PY)
+    t0 = time.monotonic()
+    for path, text in ((spath, script), (ppath, ALLREDUCE_PY)):
+        r = ctx.sys.run([*ctx.as_target, "bash", "-c",
+                         f"mkdir -p {shlex.quote(os.path.dirname(path))} && test -s "
+                         f"{shlex.quote(path)} || cat > {shlex.quote(path)}"],
+                        timeout=10, stdin=text.encode())
+        failed = _spread(ctx, [other], path, text.encode())
+        if failed is not None:
+            return [_skip(tid, title, f"cannot copy the test to {other} over SSH "
+                          f"({failed.last_line()}); run the launch script on both instances "
+                          "yourself", command=failed.command)]
+    pair = f"{here},{other}"
+    env = {"NCCL_DEBUG": "INFO", "HOSTS": pair, "WAIT_TRIES": "5"}
+    envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    # The python3 that imports torch here (the same image is at the same path there): an
+    # SSH command's PATH often lacks a conda or pyenv interpreter.
+    py = ctx.python
+    local = [*ctx.as_target, "env", *[f"{k}={v}" for k, v in env.items()], "bash", spath,
+             "--", py, ppath]
+    remote = ctx.ssh(other, f"{envs} bash {shlex.quote(spath)} -- {shlex.quote(py)} "
+                            f"{shlex.quote(ppath)}")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        f_local = pool.submit(ctx.sys.run, local, JOB_TIMEOUT)
+        f_remote = pool.submit(ctx.sys.run, remote, JOB_TIMEOUT)
+        r_local, r_remote = f_local.result(), f_remote.result()
+    results = parse_allreduce(r_local.out) + parse_allreduce(r_remote.out)
+    ok = (r_local.ok and r_remote.ok and len(results) == 2
+          and all(x.get("sum") == x.get("expected") for x in results))
+    both = Ran(r_local.argv, r_local.rc or r_remote.rc, r_local.out + "\n" + r_remote.out)
+    backend = results[0].get("backend", "") if results else ""
+    detail = (f"{backend}: sum {results[0].get('sum')} on both ranks, as expected" if ok else
+              (f"results: {results}" if results else both.last_line()))
+    command = shlex.join(local) + "  &  " + shlex.join(remote)
+    out = [_check(tid, title, both, ok, detail=detail, t0=t0, command=command,
+                  fallback="nccl-no-socket",
+                  plain="The two-instance all_reduce did not complete: the diagnosis names the "
+                        "reason (rendezvous port, interface, NCCL/gloo).")]
+    if ctx.network == "ib":
+        if backend != "nccl":
+            out.append(_skip(xid, xtitle, "gloo on CPU does not use InfiniBand"))
+        else:
+            used = transport_from_nccl_log(both.out)
+            out.append(Check(xid, xtitle, PASS if used == "ib" else FAIL, command,
+                             {"ib": "NCCL chose IB", "tcp": "NCCL fell back to sockets (TCP)"}
+                             .get(used, "the NCCL log does not say"),
+                             "" if used == "ib" else "NCCL between instances does not use "
+                             "InfiniBand: the job runs, but slowly.",
+                             diagnoses=() if used == "ib" else
+                             tuple(diagnose(both.lines(), scope="job")) or
+                             (explain("nccl-socket-fallback"),)))
+    return out
+
+
+# --- the whole ----------------------------------------------------------------------------------
+
+
+def verify(plan: Plan, facts: Facts, hosts: Optional[Hosts] = None,
+           system: Optional[System] = None,
+           on_check: Optional[Callable[[Check], None]] = None,
+           max_workers: int = MAX_WORKERS) -> Report:
+    """Every check, here then across hosts (concurrently, at most max_workers at once).
+    on_check is called with each check as it finishes (from worker threads)."""
+    t_start = time.monotonic()
+    ctx = _Ctx(plan, facts, system or System())
+    checks: List[Check] = []
+
+    def emit(cs: Sequence[Check]) -> None:
+        for c in cs:
+            if on_check:
+                on_check(c)
+
+    here = local_checks(ctx)
+    emit(here)
+    checks += here
+    if hosts is not None:
+        names = list(hosts.names)
+        with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(names)))) as pool:
+            def one(host: str) -> List[Check]:
+                cs = peer_checks(ctx, host)
+                emit(cs)
+                return cs
+
+            futures = [pool.submit(one, h) for h in names]
+            per_host = [f.result() for f in futures]
+        for cs in per_host:
+            checks += cs
+        reachable = all(c.status == PASS for cs in per_host for c in cs)
+        cluster: List[Check] = []
+        if ctx.framework == "mpi":
+            if not reachable:
+                cluster.append(_skip("cluster/mpirun", f"mpirun starts a process on all "
+                                     f"{len(names)} hosts", "an SSH check above failed"))
+            elif ctx.cannot_act_as:
+                cluster.append(_skip("cluster/mpirun", "mpirun across hosts", ctx.cannot_act_as))
+            else:
+                cluster.append(check_mpirun(ctx, hosts))
+                if ctx.network == "ib":
+                    cluster.append(check_mpi_transport(ctx, hosts) if cluster[-1].status == PASS
+                                   else _skip("cluster/mpi-transport", "MPI over UCX uses "
+                                              "InfiniBand between instances", "mpirun failed"))
+        else:
+            torch_ok = any(c.id == "here/torch" and c.status == PASS for c in here)
+            title = "torch.distributed all_reduce across two instances"
+            if not torch_ok:
+                cluster.append(_skip("cluster/torch-allreduce", title, "torch does not import"))
+            elif ctx.cannot_act_as:
+                cluster.append(_skip("cluster/torch-allreduce", title, ctx.cannot_act_as))
+            else:
+                here_name = _here_name(ctx, names)
+                logins = {c.host for cs in per_host for c in cs
+                          if c.id.endswith("/login") and c.status == PASS}
+                others = [h for h in names if h != here_name and h in logins]
+                if here_name and not others:
+                    cluster.append(_skip("cluster/torch-allreduce", title,
+                                         "no other instance accepts an SSH login, which verify "
+                                         "needs to start its test there"))
+                else:
+                    pick = Hosts(tuple([here_name] + others[:1]) if here_name else hosts.names,
+                                 hosts.source)
+                    cluster += check_torch_allreduce(ctx, pick, here_name)
+        emit(cluster)
+        checks += cluster
+    return Report(tuple(checks), hosts, time.monotonic() - t_start)
+
+
+def _here_name(ctx: _Ctx, names: Sequence[str]) -> str:
+    """Which of the job's names is this instance: by host name, else by address."""
+    r = ctx.sys.run(["hostname"], timeout=5)
+    me = _first_word(r.out)
+    for n in names:
+        if me and _short(n) == _short(me):
+            return n
+    r = ctx.sys.run(["hostname", "-I"], timeout=5)
+    mine = set(r.out.split())
+    for n in names:
+        g = ctx.sys.run(["getent", "hosts", n], timeout=5)
+        if g.ok and g.out.split() and g.out.split()[0] in mine:
+            return n
+    return ""
