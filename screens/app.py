@@ -1,0 +1,410 @@
+"""The wizard: System → Choose → Recommend → Review → Run → Done.
+
+The App holds the state (facts, catalog, plan, record) and the workers: detection (while the
+System screen is already up) and apply/undo. Workers post messages (messages.py); the App
+hands them to the screen. The screens show Facts, collect Choices, show the Plan and draw
+apply events: every decision is the core's (choices, plan, apply, export).
+
+Testing and demo aid: HPCWIZARD_FACTS=path/to/facts.json makes run_tui() read the facts
+from that file (the JSON of `hpcwizard detect --json`) instead of detecting this machine.
+Whatever runs still runs on this machine: use it to show or test the screens, not to apply.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, ContextManager, List, Optional
+
+from textual import work
+from textual.app import App
+from textual.binding import Binding
+
+from .messages import DetectFailed, FactsReady, RunEnded, RunEvents
+from .system import SystemScreen
+from .widgets import ConfirmScreen, KeysScreen, keys_of
+
+FLUSH_SECONDS = 0.05  # output lines reach the UI at most this late, in one message
+FLUSH_ITEMS = 500  # or as soon as this many events are waiting
+
+
+class BatchingSink:
+    """The apply sink for the TUI: events wait in a list and leave as one RunEvents message
+    every FLUSH_SECONDS (or FLUSH_ITEMS), in order. Never one message per line."""
+
+    def __init__(self, post: Callable[[Any], Any], interval: float = FLUSH_SECONDS,
+                 max_items: int = FLUSH_ITEMS) -> None:
+        self._post = post
+        self._interval = interval
+        self._max = max_items
+        self._items: List[object] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="hpcwizard-ui-flush",
+                                        daemon=True)
+
+    def __enter__(self) -> "BatchingSink":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.flush()
+
+    def __call__(self, event: object) -> None:
+        with self._lock:
+            self._items.append(event)
+            full = len(self._items) >= self._max
+        if full:
+            self.flush()
+
+    def flush(self) -> None:
+        with self._lock:  # posting under the lock keeps batches in order
+            if self._items:
+                items, self._items = self._items, []
+                self._post(RunEvents(items))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.flush()
+
+
+class StoppableRunner:
+    """Wraps the Runner so that Ctrl+C in the TUI (a key, not a signal: the terminal is in raw
+    mode) stops the running step the way Ctrl+C stops `hpcwizard apply`: the child gets
+    SIGINT (SIGTERM after a grace period) and apply_record sees KeyboardInterrupt."""
+
+    GRACE = 5.0
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.stopping = threading.Event()
+
+    def check(self, as_: str, text: str) -> bool:
+        if self.stopping.is_set():
+            raise KeyboardInterrupt
+        return self.inner.check(as_, text)
+
+    def run(self, as_: str, text: str, on_line: Callable[[str], None]) -> int:
+        if self.stopping.is_set():
+            raise KeyboardInterrupt
+        code = self.inner.run(as_, text, on_line)
+        if self.stopping.is_set():
+            raise KeyboardInterrupt
+        return code
+
+    def interrupt(self) -> None:
+        self.stopping.set()
+        child = getattr(self.inner, "child", None)
+        if child is None:
+            return
+        with contextlib.suppress(ProcessLookupError, OSError):
+            child.send_signal(signal.SIGINT)
+
+        def escalate() -> None:
+            with contextlib.suppress(Exception):
+                child.wait(timeout=self.GRACE)
+                return
+            with contextlib.suppress(ProcessLookupError, OSError):
+                child.send_signal(signal.SIGTERM)
+
+        threading.Thread(target=escalate, daemon=True).start()
+
+    def reset(self) -> None:
+        self.stopping.clear()
+
+
+class WizardApp(App[int]):
+    """hpcwizard's wizard. Everything it touches can be injected (tests, demos):
+
+    facts      Facts to show instead of detecting (no detection worker then)
+    detect     a function returning Facts, run in the detection worker (default detect())
+    runner     a Runner, or a function plan -> Runner (default ShellRunner for the job user)
+    catalog    a Catalog (default load_catalog())
+    state_dir  where records go (default hpcwizard.record.state_dir())
+    clock      monotonic seconds for the elapsed time (tests freeze it)
+    sudo       function asking for the sudo password once, -> bool (default: suspend, sudo -v)
+    lock       context manager held during apply/undo (run_tui passes hpcwizard.lock.run_lock)
+    record_name  the record's file name (default: time stamp, framework, network)
+    """
+
+    CSS_PATH = "wizard.tcss"
+    TITLE = "hpcwizard"
+    ENABLE_COMMAND_PALETTE = False
+    BINDINGS = [
+        Binding("question_mark,f1", "keys", "Keys"),
+        Binding("ctrl+c", "interrupt", "Stop the run, or quit", show=False, priority=True),
+        Binding("ctrl+q", "quit_app", "Quit", show=False, priority=True),
+    ]
+
+    def __init__(self, *, facts: Any = None, detect: Optional[Callable[[], Any]] = None,
+                 runner: Any = None, catalog: Any = None, state_dir: Optional[Path] = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 sudo: Optional[Callable[[], bool]] = None,
+                 lock: Optional[Callable[[], ContextManager[Any]]] = None,
+                 record_name: str = "") -> None:
+        super().__init__()
+        self.facts = facts
+        self.catalog = catalog
+        self._detect = detect
+        self._runner = runner
+        self._state_dir = state_dir
+        self.clock = clock
+        self._sudo = sudo or self._ask_sudo
+        self._lock = lock or contextlib.nullcontext
+        self._record_name = record_name
+        self.plan: Any = None
+        self.record: Any = None
+        self.run_status: Optional[str] = None
+        self.running = False
+        self.system_screen: Optional[SystemScreen] = None
+        self.run_screen: Any = None
+        self.stoppable: Optional[StoppableRunner] = None
+
+    # --- start and detection ----------------------------------------------------------------
+
+    def on_mount(self) -> None:
+        self.system_screen = SystemScreen()
+        self.push_screen(self.system_screen)
+        if self.facts is None:
+            self.detect_worker()
+        elif self.catalog is None:
+            from hpcwizard.catalog import load_catalog
+
+            self.catalog = load_catalog()
+
+    @work(thread=True, exit_on_error=False, group="detect")
+    def detect_worker(self) -> None:
+        try:
+            if self._detect is None:
+                from hpcwizard.detect import detect
+
+                facts = detect()
+            else:
+                facts = self._detect()
+            catalog = self.catalog
+            if catalog is None:
+                from hpcwizard.catalog import load_catalog
+
+                catalog = load_catalog()
+        except Exception as exc:  # noqa: BLE001 - shown on the System screen
+            self.post_message(DetectFailed(f"{type(exc).__name__}: {exc}"))
+            return
+        self.post_message(FactsReady(facts, catalog))
+
+    def on_facts_ready(self, message: FactsReady) -> None:
+        self.facts = message.facts
+        self.catalog = message.catalog
+        if self.system_screen is not None and self.system_screen.is_mounted:
+            self.system_screen.show_facts(message.facts)
+
+    def on_detect_failed(self, message: DetectFailed) -> None:
+        if self.system_screen is not None:
+            self.system_screen.show_error(message.error)
+
+    # --- the flow (each step asks the core) -------------------------------------------------
+
+    def goto_choose(self) -> None:
+        from .choose import ChooseScreen
+
+        self.push_screen(ChooseScreen())
+
+    def _build(self, **raw: Any) -> Any:
+        """make_choices and build_plan: BadInput goes back to the screen that asked."""
+        from hpcwizard.choices import make_choices
+        from hpcwizard.plan import build_plan
+
+        choices = make_choices(**raw)
+        return build_plan(self.facts, choices, self.catalog)
+
+    def choose(self, raw: dict) -> None:
+        from .recommend import RecommendScreen
+
+        self.plan = self._build(**raw, mode="auto")
+        self.push_screen(RecommendScreen(self.plan))
+
+    def take_preset(self) -> None:
+        from .done import DoneScreen
+
+        self.plan = self._build(**dict(self.plan.choices.to_dict(), mode="preset"))
+        self.push_screen(DoneScreen(self.plan))
+
+    def configure_here(self) -> None:
+        from .review import ReviewScreen
+
+        mode = "manual" if self.plan.recommendation.path == "preset" else "auto"
+        self.plan = self._build(**dict(self.plan.choices.to_dict(), mode=mode))
+        self.push_screen(ReviewScreen(self.plan))
+
+    def runner_for(self, plan: Any) -> Any:
+        if self._runner is None:
+            from hpcwizard.apply import ShellRunner
+
+            return ShellRunner(plan.target.user)
+        if hasattr(self._runner, "check"):
+            return self._runner
+        return self._runner(plan)
+
+    def _ask_sudo(self) -> bool:
+        import subprocess
+
+        with self.suspend():
+            print("hpcwizard: the system steps need sudo; it asks for your password once, now.")
+            ok = subprocess.run(["sudo", "-v"]).returncode == 0
+        return ok
+
+    def _record_path(self, plan: Any) -> Path:
+        from hpcwizard.record import state_dir
+
+        base = self._state_dir if self._state_dir is not None else state_dir()
+        c = plan.choices
+        name = self._record_name or (
+            f"{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}-{c.framework}-{c.network}.toml")
+        return Path(base) / "records" / name
+
+    def start_run(self, plan: Any) -> None:
+        """Sudo once (before the run, never inside it), a new record, then the worker."""
+        from hpcwizard.record import Record
+
+        from .run import RunScreen
+
+        if self.running:
+            return
+        if plan.needs_root and self.facts.user.sudo == "password":
+            if not self._sudo():
+                self.notify("sudo did not accept the password: nothing was changed.",
+                            severity="error", timeout=8)
+                return
+        self.plan = plan
+        self.record = Record.new(plan, self.facts, self._record_path(plan))
+        self.record.save()
+        self.stoppable = StoppableRunner(self.runner_for(plan))
+        self.run_screen = RunScreen(plan, self.record)
+        self.push_screen(self.run_screen)  # its on_mount calls start_worker("apply")
+
+    def start_worker(self, action: str) -> None:
+        """Start the App's apply (or undo) worker; the Run screen draws its events."""
+        assert self.stoppable is not None
+        self.stoppable.reset()
+        self.running = True
+        if self.run_screen is not None:
+            self.run_screen.start(action)
+        self.apply_worker(action, self.record, self.stoppable)
+
+    @work(thread=True, exit_on_error=False, group="apply")
+    def apply_worker(self, action: str, record: Any, runner: Any) -> None:
+        from hpcwizard.apply import apply_record, undo_record
+
+        status, error = "error", ""
+        try:
+            with BatchingSink(self.post_message) as sink, self._lock():
+                if action == "undo":
+                    status = undo_record(record, runner, sink)
+                else:
+                    status = apply_record(record, runner, sink)
+        except Exception as exc:  # noqa: BLE001 - a lock held elsewhere, a broken record
+            error = str(exc) if type(exc).__name__ == "BadInput" else f"{type(exc).__name__}: {exc}"
+        self.post_message(RunEnded(action, status, error))
+
+    def on_run_events(self, message: RunEvents) -> None:
+        if self.run_screen is not None:
+            self.run_screen.apply_events(message.events)
+
+    def on_run_ended(self, message: RunEnded) -> None:
+        self.running = False
+        self.run_status = message.status
+        if self.run_screen is not None:
+            self.run_screen.ended_with(message.action, message.status, message.error)
+
+    def resume_run(self, how: str) -> None:
+        """After a failure: retry the failed step, skip it, or undo what was done."""
+        if self.running or self.record is None:
+            return
+        if how == "skip":
+            index = next((i for i, s in enumerate(self.record.steps)
+                          if s["status"] in ("failed", "interrupted")), None)
+            if index is not None:
+                self.record.update_step(index, status="skipped")
+                self.record.log(f"-- skipped by the user: {self.record.steps[index]['id']}")
+        self.start_worker("undo" if how == "undo" else "apply")
+
+    def finish_run(self, quit: bool) -> None:
+        from .done import DoneScreen
+
+        if quit:
+            self.exit_with_status()
+            return
+        self.switch_screen(DoneScreen(self.plan, self.record, self.run_status or ""))
+
+    def exit_with_status(self) -> None:
+        code = {None: 0, "done": 0, "undone": 0, "interrupted": 130}.get(self.run_status, 1)
+        self.exit(code, return_code=code)
+
+    # --- keys everywhere ----------------------------------------------------------------------
+
+    def action_keys(self) -> None:
+        from textual.screen import ModalScreen
+
+        if isinstance(self.screen, ModalScreen):
+            return
+        title = self.screen.sub_title or self.screen.__class__.__name__
+        self.push_screen(KeysScreen(title, keys_of(self.screen)))
+
+    def action_interrupt(self) -> None:
+        """Ctrl+C: during a run, ask before stopping the running step; else ask to quit."""
+        if isinstance(self.screen, ConfirmScreen):
+            return
+        if self.running:
+            def answer(stop: Optional[bool]) -> None:
+                if stop and self.running and self.stoppable is not None:
+                    self.stoppable.interrupt()
+                    self.notify("Stopping the running step…")
+
+            self.push_screen(ConfirmScreen(
+                "A step is running. Stop it? What it did so far stays; Undo can take it back.",
+                yes="Stop", no="Keep running"), answer)
+        else:
+            self.action_quit_app()
+
+    def action_quit_app(self) -> None:
+        if isinstance(self.screen, ConfirmScreen):
+            return
+        if self.running:
+            self.action_interrupt()
+            return
+
+        def answer(yes: Optional[bool]) -> None:
+            if yes:
+                self.exit_with_status()
+
+        self.push_screen(ConfirmScreen("Quit hpcwizard?", yes="Quit", no="Stay"), answer)
+
+
+def load_facts_file(path: str) -> Any:
+    from hpcwizard.facts import Facts
+    from hpcwizard.validate import BadInput
+
+    try:
+        return Facts.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise BadInput(f"HPCWIZARD_FACTS={path}: cannot read facts from it: {exc}") from None
+
+
+def run_tui() -> int:
+    """Start the wizard on this terminal; returns the exit status (0 done or nothing run,
+    1 a step failed, 130 interrupted)."""
+    from hpcwizard.lock import run_lock
+
+    facts_file = os.environ.get("HPCWIZARD_FACTS", "")
+    facts = load_facts_file(facts_file) if facts_file else None
+    app = WizardApp(facts=facts, lock=run_lock)
+    result = app.run()
+    if isinstance(result, int):
+        return result
+    return app.return_code or 0

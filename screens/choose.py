@@ -1,0 +1,200 @@
+"""Choose: framework, network, job user, SSH port, host-key policy, instances. Each typed
+value is checked as it is typed with the same functions the CLI uses (hpcwizard.validate),
+and the whole with make_choices and build_plan; a refusal shows at its field."""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Optional
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.validation import ValidationResult, Validator
+from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Static
+
+from .widgets import WizardScreen
+
+
+class CoreCheck(Validator):
+    """A Textual validator around one hpcwizard.validate function: its BadInput text is the
+    message shown under the field."""
+
+    def __init__(self, check: Callable[[str], Any]) -> None:
+        super().__init__()
+        self.check = check
+
+    def validate(self, value: str) -> ValidationResult:
+        from hpcwizard.validate import BadInput
+
+        try:
+            self.check(value)
+        except BadInput as exc:
+            return self.failure(str(exc))
+        return self.success()
+
+
+def _user(value: str) -> None:
+    from hpcwizard.validate import user_name
+
+    if value.strip():
+        user_name(value.strip())
+
+
+def _port(value: str) -> None:
+    from hpcwizard.validate import port
+
+    port(value)
+
+
+def _peers(value: str) -> None:
+    from hpcwizard.validate import host_pattern
+
+    host_pattern(value.strip())
+
+
+def ib_unavailable(facts: Any) -> str:
+    """Why InfiniBand cannot be chosen here, or "" when a port is active."""
+    if facts is None or facts.active_ports:
+        return ""
+    if not facts.hcas:
+        return "no RDMA device in this container"
+    if all(h.software for h in facts.hcas):
+        return "only software RDMA (rxe/siw): no InfiniBand hardware"
+    ports = [f"{p.name} {p.state}" for h in facts.hcas if not h.software for p in h.ports]
+    return "no active port (" + ", ".join(ports) + ")" if ports else "no InfiniBand port"
+
+
+FIELDS = ("user", "ssh_port", "peers")
+
+
+class ChooseScreen(WizardScreen):
+    """2. What the job needs."""
+
+    BINDINGS = [
+        Binding("ctrl+n", "next", "Next", priority=True),
+        Binding("escape", "back", "Back"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sub_title = "2/6 Choose"
+
+    def compose_body(self) -> ComposeResult:
+        facts = self.app.facts
+        why_not_ib = ib_unavailable(facts)
+        me = facts.user.name if facts else "you"
+        with VerticalScroll(id="choose-body", classes="body"):
+            with Horizontal(classes="field"):
+                yield Label("Framework", classes="field-label")
+                with RadioSet(id="framework", classes="inline"):
+                    yield RadioButton("MPI", value=True, id="framework-mpi")
+                    yield RadioButton("PyTorch", id="framework-pytorch")
+            with Horizontal(classes="field"):
+                yield Label("Network", classes="field-label")
+                with RadioSet(id="network", classes="inline"):
+                    yield RadioButton("TCP", value=True, id="network-tcp")
+                    yield RadioButton("InfiniBand", id="network-ib", disabled=bool(why_not_ib))
+            yield Static(f"InfiniBand unavailable: {why_not_ib}" if why_not_ib else
+                         "InfiniBand: " + ", ".join(p.name for p in facts.active_ports) + " active",
+                         id="network-hint", classes="hint" + (" warn" if why_not_ib else ""))
+            with Horizontal(classes="field"):
+                yield Label("Job user", classes="field-label")
+                yield Input("", placeholder=f"{me} (you)", id="user", compact=True,
+                            validators=[CoreCheck(_user)], validate_on=["changed", "submitted"])
+            yield Static("The user the job runs as; empty: you.", id="user-hint", classes="hint")
+            with Horizontal(classes="field"):
+                yield Label("SSH port", classes="field-label")
+                yield Input("2222", id="ssh_port", compact=True, max_length=5,
+                            validators=[CoreCheck(_port)], validate_on=["changed", "submitted"])
+            yield Static("sshd between the instances listens here.", id="ssh_port-hint",
+                         classes="hint")
+            with Horizontal(classes="field"):
+                yield Label("Host keys", classes="field-label")
+                with RadioSet(id="host_keys", classes="inline"):
+                    yield RadioButton("pinned (safe)", value=True, id="host_keys-pinned")
+                    yield RadioButton("off (as the guide)", id="host_keys-off")
+            with Horizontal(classes="field"):
+                yield Label("Instances", classes="field-label")
+                yield Input("*", id="peers", compact=True,
+                            validators=[CoreCheck(_peers)], validate_on=["changed", "submitted"])
+            yield Static("ssh Host pattern naming the job's instances, e.g. job-* ; * is all.",
+                         id="peers-hint", classes="hint")
+            yield Static("", id="choose-error", classes="hint error")
+        with Horizontal(classes="buttons"):
+            yield Button("Back (esc)", id="back", compact=True)
+            yield Button("Next (ctrl+n)", id="next", variant="primary", compact=True)
+
+    def on_mount(self) -> None:
+        self.hints: Dict[str, str] = {}
+        for name in FIELDS:
+            self.hints[name] = str(self.query_one(f"#{name}-hint", Static).content)
+        self.query_one("#framework", RadioSet).focus()
+
+    # --- field-level refusal -------------------------------------------------------------
+
+    def show_field_error(self, name: str, message: str) -> None:
+        hint = self.query_one(f"#{name}-hint", Static)
+        hint.update(message or self.hints.get(name, ""))
+        hint.set_class(bool(message), "error")
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        name = event.input.id or ""
+        if name in FIELDS and event.validation_result is not None:
+            self.show_field_error(name, "; ".join(event.validation_result.failure_descriptions))
+        self.query_one("#choose-error", Static).update("")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.action_next()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "next":
+            self.action_next()
+        elif event.button.id == "back":
+            self.action_back()
+
+    # --- values ----------------------------------------------------------------------------
+
+    def _radio(self, name: str) -> str:
+        pressed = self.query_one(f"#{name}", RadioSet).pressed_button
+        return (pressed.id or "").split("-", 1)[1] if pressed else ""
+
+    def raw_values(self) -> Dict[str, str]:
+        return {
+            "framework": self._radio("framework"),
+            "network": self._radio("network"),
+            "user": self.query_one("#user", Input).value.strip(),
+            "ssh_port": self.query_one("#ssh_port", Input).value.strip(),
+            "host_keys": self._radio("host_keys"),
+            "peers": self.query_one("#peers", Input).value.strip(),
+        }
+
+    def action_next(self) -> None:
+        """Validate every field, then the whole; on success the App builds the plan."""
+        from hpcwizard.validate import BadInput
+
+        first_bad: Optional[str] = None
+        for name in FIELDS:
+            widget = self.query_one(f"#{name}", Input)
+            result = widget.validate(widget.value)
+            if result is not None and not result.is_valid:
+                self.show_field_error(name, "; ".join(result.failure_descriptions))
+                first_bad = first_bad or name
+        if first_bad:
+            self.query_one(f"#{first_bad}", Input).focus()
+            return
+        try:
+            self.app.choose(self.raw_values())
+        except BadInput as exc:
+            message = str(exc)
+            if message.startswith(("user", "home directory")):
+                field = "user"
+            elif message.startswith("port"):
+                field = "ssh_port"
+            elif message.startswith("host pattern"):
+                field = "peers"
+            else:
+                field = None
+            if field:
+                self.show_field_error(field, message)
+                self.query_one(f"#{field}", Input).focus()
+            else:
+                self.query_one("#choose-error", Static).update(message)

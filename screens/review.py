@@ -1,0 +1,146 @@
+"""Review: every step with its exact commands (highlighted), the steps already done, the undo
+note of each. The checks run through the Runner in a worker; nothing changes here."""
+from __future__ import annotations
+
+from typing import Any, List, Optional
+
+from rich.console import Group
+from rich.syntax import Syntax
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.widgets import Button, OptionList, Static
+from textual.widgets.option_list import Option
+
+from .messages import StepChecked
+from .widgets import ExportScreen, WizardScreen
+
+MARK = {None: ("…", "dim"), True: ("✓", "green"), False: ("•", "yellow")}
+
+
+def step_prompt(n: int, total: int, step: Any, done: Optional[bool], checked: bool) -> Text:
+    mark, style = MARK[done] if checked else ("…", "dim")
+    text = Text()
+    text.append(f"{mark} ", style=style)
+    text.append(f"{n}/{total} {step.title}")
+    text.append(" (root)" if step.as_ == "root" else "", style="dim")
+    if checked and done:
+        text.append("  already done", style="green")
+    return text
+
+
+def _code(text: str) -> Syntax:
+    return Syntax(text.rstrip("\n"), "bash", theme="ansi_dark", word_wrap=True,
+                  background_color="default")
+
+
+def step_detail(step: Any, target_user: str) -> Group:
+    who = "root" if step.as_ == "root" else target_user
+    parts: List[Any] = [Text.assemble((step.title, "bold"), (f"  {step.id}, as {who}", "dim"))]
+    if step.why:
+        parts.append(Text(step.why, style="italic dim"))
+    parts += [Text("run:", style="bold cyan"), _code(step.run),
+              Text("done when this succeeds:", style="bold cyan"), _code(step.check)]
+    if step.undo:
+        parts += [Text("undo:", style="bold cyan"), _code(step.undo)]
+    else:
+        parts.append(Text("undo: nothing (see the note)", style="bold cyan"))
+    if step.note:
+        parts.append(Text(f"note: {step.note}", style="yellow"))
+    return Group(*parts)
+
+
+class ReviewScreen(WizardScreen):
+    """4. Every step before anything runs."""
+
+    BINDINGS = [
+        Binding("r", "run", "Run"),
+        Binding("e", "export", "Export"),
+        Binding("escape", "back", "Back"),
+    ]
+
+    def __init__(self, plan: Any) -> None:
+        super().__init__()
+        self.sub_title = "4/6 Review"
+        self.plan = plan
+        self.done: List[Optional[bool]] = [None] * len(plan.steps)
+        self.checked = [False] * len(plan.steps)
+
+    def compose_body(self) -> ComposeResult:
+        total = len(self.plan.steps)
+        summary = Text(f"{total} steps; ✓ = already done here (checked, not run). "
+                       "Nothing has run yet.", style="dim")
+        yield Static(summary, id="review-summary")
+        yield OptionList(*[Option(step_prompt(n, total, s, None, False), id=f"step-{n - 1}")
+                           for n, s in enumerate(self.plan.steps, 1)], id="review-steps")
+        with VerticalScroll(id="review-detail-box"):
+            yield Static("", id="review-detail")
+        with Horizontal(classes="buttons"):
+            yield Button("Back (esc)", id="back", compact=True)
+            yield Button("Export (e)", id="export", compact=True)
+            yield Button("Run these steps (r)", id="run", variant="primary", compact=True,
+                         disabled=not self.plan.steps)
+
+    def on_mount(self) -> None:
+        steps = self.query_one("#review-steps", OptionList)
+        if self.plan.steps:
+            steps.highlighted = 0
+            self.show_step(0)
+        else:
+            self.query_one("#review-detail", Static).update("Nothing to do on this machine.")
+        steps.focus()
+        self.run_checks()
+
+    @work(thread=True, exit_on_error=False, group="checks", exclusive=True)
+    def run_checks(self) -> None:
+        runner = self.app.runner_for(self.plan)
+        for i, step in enumerate(self.plan.steps):
+            try:
+                done: Optional[bool] = bool(runner.check(step.as_, step.check))
+            except Exception:  # noqa: BLE001 - a check that cannot run is "not known"
+                done = None
+            self.post_message(StepChecked(i, done))
+
+    def on_step_checked(self, message: StepChecked) -> None:
+        i = message.index
+        self.done[i] = message.done
+        self.checked[i] = True
+        total = len(self.plan.steps)
+        self.query_one("#review-steps", OptionList).replace_option_prompt_at_index(
+            i, step_prompt(i + 1, total, self.plan.steps[i], message.done, True))
+        if all(self.checked):
+            n = sum(1 for d in self.done if d)
+            self.query_one("#review-summary", Static).update(Text(
+                f"{total} steps, {n} already done here (✓): they will be skipped. "
+                "Nothing has run yet.", style="dim"))
+
+    @on(OptionList.OptionHighlighted, "#review-steps")
+    def _highlighted(self, event: OptionList.OptionHighlighted) -> None:
+        if event.option_index is not None:
+            self.show_step(event.option_index)
+
+    def show_step(self, index: int) -> None:
+        step = self.plan.steps[index]
+        self.query_one("#review-detail", Static).update(step_detail(step, self.plan.target.user))
+        self.query_one("#review-detail-box", VerticalScroll).scroll_home(animate=False)
+
+    def commands_text(self) -> str:
+        """Every step's exact text, as shown (for tests and copy)."""
+        return "\n".join(f"{s.run}\n{s.check}\n{s.undo}" for s in self.plan.steps)
+
+    def action_run(self) -> None:
+        self.app.start_run(self.plan)
+
+    def action_export(self) -> None:
+        self.app.push_screen(ExportScreen(self.plan))
+
+    def check_action(self, action: str, parameters: tuple):
+        if action == "run":
+            return bool(self.plan.steps)
+        return super().check_action(action, parameters)
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        {"back": self.action_back, "export": self.action_export,
+         "run": self.action_run}[event.button.id or "back"]()

@@ -1,0 +1,179 @@
+"""System: what was detected, at a glance. Up at once; the facts arrive from the App's
+detection worker (FactsReady) and fill it in."""
+from __future__ import annotations
+
+from typing import Any, List, Optional
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.widgets import Button, LoadingIndicator, Static
+
+from .widgets import WizardScreen
+
+SUDO = {
+    "root": ("root: can change the system", "green"),
+    "nopasswd": ("sudo without a password", "green"),
+    "password": ("sudo with a password (asked once, before the run)", "yellow"),
+    "none": ("no sudo: cannot change the system", "red"),
+    "unknown": ("sudo: unknown", "yellow"),
+}
+
+
+def _mem(mib: Optional[int]) -> str:
+    if mib is None:
+        return "memory unknown"
+    return f"{mib / 1024:.1f} GiB" if mib >= 1024 else f"{mib} MiB"
+
+
+def facts_table(facts: Any) -> Table:
+    """The facts as two columns; colour only where it means something."""
+    o, u, r, s, rd = facts.os, facts.user, facts.runtime, facts.software, facts.rdma
+    t = Table.grid(padding=(0, 1), expand=True)
+    t.add_column(style="bold", no_wrap=True, width=10)
+    t.add_column(ratio=1)
+    os_text = Text(o.pretty_name or o.id or "unknown")
+    os_text.append(f"  {o.family}, " + (o.package_manager or "no package manager"), style="dim")
+    t.add_row("OS", os_text)
+    sudo, colour = SUDO.get(u.sudo, (u.sudo, "yellow"))
+    user = Text(f"{u.name} (uid {u.uid})  ")
+    user.append(sudo, style=colour)
+    t.add_row("User", user)
+    container = Text(r.container)
+    container.append(f"  PID 1 {r.pid1 or 'unknown'}" + ("  Jupyter" if r.jupyter else ""),
+                     style="dim")
+    t.add_row("Container", container)
+    t.add_row("Machine", f"{facts.cpus if facts.cpus is not None else '?'} CPUs, "
+                         f"{_mem(facts.memory_mib)}" + (f", host {facts.hostname}" if facts.hostname else ""))
+    if facts.gpus:
+        names: List[str] = []
+        for g in facts.gpus:
+            if g.name not in names:
+                names.append(g.name)
+        g0 = facts.gpus[0]
+        extra = ", ".join(x for x in (_mem(g0.memory_mib) if g0.memory_mib else "",
+                                      f"driver {g0.driver}" if g0.driver else "",
+                                      f"CUDA {g0.cuda}" if g0.cuda else "") if x)
+        gpu = Text(f"{len(facts.gpus)} × {', '.join(names)}")
+        if extra:
+            gpu.append(f"  {extra}", style="dim")
+        t.add_row("GPUs", gpu)
+    else:
+        t.add_row("GPUs", Text("none", style="dim"))
+    if facts.hcas:
+        ports = Text()
+        for h in facts.hcas:
+            if not h.ports:
+                ports.append(f"{h.name}: no ports\n", style="dim")
+            for p in h.ports:
+                state_style = "green" if p.active and not h.software else "red"
+                ports.append(f"{p.name:<9} ")
+                ports.append(f"{p.state:<7}", style=state_style)
+                rate = "rate ?" if p.rate_gbps is None else f"{p.rate_gbps:g} Gb/s"
+                ports.append(f" {rate:<9} {p.link_layer}")
+                if h.software:
+                    ports.append("  software (no speed-up)", style="yellow")
+                ports.append("\n")
+        ports.rstrip()
+        t.add_row("RDMA", ports)
+    else:
+        t.add_row("RDMA", Text("no RDMA devices", style="dim"))
+    memlock = "unlimited" if rd.memlock_unlimited else (
+        f"{rd.memlock_kib} KiB" if rd.memlock_kib is not None else "unknown")
+    if facts.hcas:
+        t.add_row("", Text(f"uverbs: {', '.join(rd.uverbs) or 'none'}  memlock: {memlock}",
+                           style="dim"))
+    t.add_row("Installed", installed_text(facts))
+    return t
+
+
+def installed_text(facts: Any) -> Text:
+    s = facts.software
+    text = Text()
+
+    def item(name: str, value: str) -> None:
+        text.append(f"{name} ", style="bold" if value else "dim")
+        text.append(f"{value or '—'}  ", style="" if value else "dim")
+
+    item("sshd", "yes" if s.sshd_path else "")
+    mpi = {"openmpi": "Open MPI", "mpich": "MPICH", "intelmpi": "Intel MPI"}.get(
+        s.mpi_flavour, s.mpi_flavour)
+    item("MPI", f"{mpi} {s.mpi_version}".strip() + (" +UCX" if s.ompi_has_ucx else ""))
+    item("UCX", s.ucx_version)
+    item("PyTorch", s.torch_version)
+    if s.nccl_version:
+        item("NCCL", s.nccl_version)
+    text.rstrip()
+    return text
+
+
+def warnings_text(facts: Any) -> Text:
+    text = Text()
+    for w in facts.warnings:
+        text.append("! ", style="bold red")
+        text.append(f"{w}\n", style="red")
+    for n in facts.notes:
+        text.append("- ", style="dim")
+        text.append(f"{n}\n", style="dim")
+    text.rstrip()
+    return text
+
+
+class SystemScreen(WizardScreen):
+    """1. What this machine is."""
+
+    BACK = False
+    BINDINGS = [
+        Binding("enter,n", "next", "Next", priority=False),
+        Binding("q", "app.quit", "Quit"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sub_title = "1/6 System"
+        self.ready = False
+
+    def compose_body(self) -> ComposeResult:
+        with VerticalScroll(id="system-body", classes="body"):
+            yield Static("Detecting this machine (a few seconds)…", id="system-status")
+            yield LoadingIndicator(id="system-loading")
+            yield Static("", id="system-facts")
+            yield Static("", id="system-warnings")
+        with Horizontal(classes="buttons"):
+            yield Button("Next ⏎", id="next", variant="primary", disabled=True, compact=True)
+
+    def on_mount(self) -> None:
+        facts = getattr(self.app, "facts", None)
+        if facts is not None:
+            self.show_facts(facts)
+
+    def show_facts(self, facts: Any) -> None:
+        self.ready = True
+        self.query_one("#system-loading").display = False
+        self.query_one("#system-status", Static).update(
+            Text("This machine, as detected. Nothing has been changed.", style="bold"))
+        self.query_one("#system-facts", Static).update(facts_table(facts))
+        self.query_one("#system-warnings", Static).update(warnings_text(facts))
+        button = self.query_one("#next", Button)
+        button.disabled = False
+        button.focus()
+        self.refresh_bindings()
+
+    def show_error(self, error: str) -> None:
+        self.query_one("#system-loading").display = False
+        self.query_one("#system-status", Static).update(
+            Text(f"Detection failed: {error}", style="bold red"))
+
+    def check_action(self, action: str, parameters: tuple) -> Optional[bool]:
+        if action == "next":
+            return self.ready
+        return super().check_action(action, parameters)
+
+    def action_next(self) -> None:
+        self.app.goto_choose()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "next":
+            self.action_next()

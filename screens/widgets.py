@@ -1,0 +1,229 @@
+"""Pieces several screens share: the screen base with header and footer, the keys help,
+a yes/no question, and the export panel (Review and Done)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Button, Footer, Header, Input, Label, RadioButton, RadioSet, Static
+
+FORMAT_LABELS = {"setup": "Setup script", "dockerfile": "Dockerfile", "launch": "Launch script"}
+DEFAULT_PATHS = {"setup": "./hpcwizard-setup.sh", "dockerfile": "./Dockerfile",
+                 "launch": "./hpcwizard-launch.sh"}
+
+
+class WizardScreen(Screen):
+    """A step of the wizard: header, body, footer with this screen's keys."""
+
+    BACK = True  # escape goes back one screen (every screen before Run)
+
+    def compose(self) -> ComposeResult:
+        yield Header(icon="")
+        yield from self.compose_body()
+        yield Footer()
+
+    def compose_body(self) -> ComposeResult:  # pragma: no cover - every screen overrides
+        yield from ()
+
+    def check_action(self, action: str, parameters: Tuple[object, ...]) -> Optional[bool]:
+        if action == "back" and not self.BACK:
+            return False
+        return True
+
+    def action_back(self) -> None:
+        if self.BACK and len(self.app.screen_stack) > 2:
+            self.app.pop_screen()
+
+
+def keys_of(screen: Screen) -> List[Tuple[str, str]]:
+    """The keys that do something on screen, as (key, what it does)."""
+    seen = set()
+    out: List[Tuple[str, str]] = []
+    bindings = [a for a in screen.active_bindings.values() if a.node is screen]
+    bindings += [a for a in screen.active_bindings.values() if a.node is screen.app]
+    for active in bindings:
+        b = active.binding
+        if not b.description or not active.enabled:
+            continue
+        key = screen.app.get_key_display(b)
+        if (key, b.description) in seen:
+            continue
+        seen.add((key, b.description))
+        out.append((key, b.description))
+    return out
+
+
+class KeysScreen(ModalScreen[None]):
+    """`?`: the keys of the screen below, in a box."""
+
+    BINDINGS = [Binding("escape,question_mark,f1,q", "dismiss", "Close")]
+
+    def __init__(self, title: str, keys: Iterable[Tuple[str, str]]) -> None:
+        super().__init__()
+        self.keys_title = title
+        self.keys = list(keys)
+
+    def compose(self) -> ComposeResult:
+        text = Text()
+        width = max((len(k) for k, _ in self.keys), default=4)
+        for key, what in self.keys:
+            text.append(f"  {key:<{width}}  ", style="bold")
+            text.append(f"{what}\n")
+        text.append("\n  tab / shift+tab move between fields; the mouse works too.", style="dim")
+        with Vertical(id="keys-box", classes="dialog"):
+            yield Label(f"Keys: {self.keys_title}", classes="dialog-title")
+            yield Static(text, id="keys-text")
+            yield Button("Close", id="keys-close", compact=True)
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(None)
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """A yes/no question; escape is no."""
+
+    BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
+
+    def __init__(self, question: str, yes: str = "Yes", no: str = "No") -> None:
+        super().__init__()
+        self.question = question
+        self.yes, self.no = yes, no
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="confirm-box", classes="dialog"):
+            yield Static(self.question, id="confirm-question")
+            with Horizontal(classes="buttons"):
+                yield Button(f"{self.yes} (y)", id="confirm-yes", variant="error", compact=True)
+                yield Button(f"{self.no} (n)", id="confirm-no", compact=True)
+
+    def on_mount(self) -> None:
+        self.query_one("#confirm-no", Button).focus()
+
+    def action_answer(self, answer: bool) -> None:
+        self.dismiss(answer)
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "confirm-yes")
+
+
+class ExportPanel(Vertical):
+    """Choose a format, edit the path, write. The text is render_export(plan, fmt): the same
+    as `hpcwizard export --format FMT`."""
+
+    class Written(Message):
+        def __init__(self, path: Path, fmt: str) -> None:
+            super().__init__()
+            self.path = path
+            self.fmt = fmt
+
+    def __init__(self, plan: Any, default: str = "", id: Optional[str] = None) -> None:
+        super().__init__(id=id, classes="export")
+        from hpcwizard.export import export_formats
+
+        self.plan = plan
+        self.formats: List[str] = list(export_formats())
+        self.fmt = default if default in self.formats else self.formats[0]
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(classes="export-row"):
+            yield Label("Export", classes="field-label")
+            with RadioSet(id="export-format", classes="inline"):
+                for fmt in self.formats:
+                    yield RadioButton(FORMAT_LABELS.get(fmt, fmt), value=fmt == self.fmt,
+                                      id=f"fmt-{fmt}")
+        with Horizontal(classes="export-row"):
+            yield Label("To file", classes="field-label")
+            yield Input(DEFAULT_PATHS.get(self.fmt, f"./hpcwizard-{self.fmt}"), id="export-path",
+                        compact=True)
+            yield Button("Write", id="export-write", variant="primary", compact=True)
+        yield Static("", id="export-result")
+
+    def on_radio_set_changed(self, event: RadioSet.Changed) -> None:
+        event.stop()
+        fmt = (event.pressed.id or "fmt-").removeprefix("fmt-")
+        path = self.query_one("#export-path", Input)
+        if path.value == DEFAULT_PATHS.get(self.fmt, ""):  # the user did not edit it
+            path.value = DEFAULT_PATHS.get(fmt, f"./hpcwizard-{fmt}")
+        self.fmt = fmt
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "export-path":
+            event.stop()
+            self.write()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "export-write":
+            event.stop()
+            self.write()
+
+    def _say(self, text: str, error: bool = False) -> None:
+        result = self.query_one("#export-result", Static)
+        result.set_class(error, "error")
+        result.update(Text(text))
+
+    def write(self) -> Optional[Path]:
+        from hpcwizard.export import render_export
+        from hpcwizard.record import write_private
+        from hpcwizard.validate import BadInput
+
+        raw = self.query_one("#export-path", Input).value.strip()
+        if not raw:
+            self._say("Give a file name to write to.", error=True)
+            return None
+        out = Path(raw).expanduser()
+        if out.is_dir():
+            self._say(f"{out} is a directory: give a file name", error=True)
+            return None
+        if not out.parent.is_dir():
+            self._say(f"directory {out.parent} does not exist", error=True)
+            return None
+        try:
+            text = render_export(self.plan, self.fmt)
+            write_private(out, text.encode("utf-8"))
+            os.chmod(out, 0o644 if self.fmt == "dockerfile" else 0o700)
+        except BadInput as exc:
+            self._say(str(exc), error=True)
+            return None
+        except (OSError, ValueError) as exc:
+            self._say(f"could not write {out}: {exc}", error=True)
+            return None
+        full = out.resolve()
+        self._say(f"Wrote {FORMAT_LABELS.get(self.fmt, self.fmt).lower()} {full}")
+        self.post_message(self.Written(full, self.fmt))
+        return full
+
+
+class ExportScreen(ModalScreen[None]):
+    """Export from Review, without running anything."""
+
+    BINDINGS = [Binding("escape", "dismiss", "Close")]
+
+    def __init__(self, plan: Any) -> None:
+        super().__init__()
+        self.plan = plan
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="export-box", classes="dialog"):
+            yield Label("Export the plan (nothing runs)", classes="dialog-title")
+            yield ExportPanel(self.plan)
+            yield Button("Close (esc)", id="export-close", compact=True)
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "export-close":
+            self.dismiss(None)
+
+
+def bullet_text(items: Iterable[str], style: str = "") -> Text:
+    text = Text()
+    for item in items:
+        text.append("• ", style="bold")
+        text.append(f"{item}\n", style=style)
+    text.rstrip()
+    return text

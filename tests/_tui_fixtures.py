@@ -1,0 +1,102 @@
+"""Fixture facts and a fake Runner for the TUI tests (test_tui*.py). Not a test module."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable, Iterable, List, Optional, Tuple
+
+from hpcwizard.facts import (Facts, Gpu, Hca, Iface, OsInfo, Port, Rdma, Runtime, Software,
+                             UserInfo)
+
+UBUNTU = OsInfo(id="ubuntu", version_id="22.04", pretty_name="Ubuntu 22.04.4 LTS",
+                id_like=("debian",), family="debian", package_manager="apt")
+DEBIAN = OsInfo(id="debian", version_id="12", pretty_name="Debian GNU/Linux 12 (bookworm)",
+                family="debian", package_manager="apt")
+
+
+def gpu_ib(sudo: str = "none") -> Facts:
+    """A GPU+IB machine: 2 H100, one active HDR port, one down; user alice (no sudo by
+    default: the preset image is what can work here)."""
+    return Facts(
+        os=UBUNTU,
+        user=UserInfo(name="alice", uid=1000, gid=1000, home="/home/alice", sudo=sudo),
+        runtime=Runtime(container="kubernetes", pid1="tini", jupyter=True),
+        hostname="gpu-node-7",
+        cpus=128,
+        memory_mib=2063597,
+        ifaces=(Iface("eth0", "UP", "02:42:ac:11:00:02", ("10.0.3.7/24",)),
+                Iface("ib0", "UP", "", ("192.168.50.7/24",))),
+        hcas=(
+            Hca("mlx5_0", driver="mlx5_core", vendor_id="0x15b3", fw_version="20.39.1002",
+                ports=(Port("mlx5_0", 1, "ACTIVE", "LinkUp", 200.0, "InfiniBand", "ib0"),)),
+            Hca("mlx5_1", driver="mlx5_core", vendor_id="0x15b3", fw_version="20.39.1002",
+                ports=(Port("mlx5_1", 1, "DOWN", "Disabled", None, "InfiniBand", ""),)),
+        ),
+        gpus=(Gpu(0, "NVIDIA H100 80GB HBM3", 81559, "535.129.03", "12.2"),
+              Gpu(1, "NVIDIA H100 80GB HBM3", 81559, "535.129.03", "12.2")),
+        rdma=Rdma(uverbs=("uverbs0", "uverbs1"), memlock_kib=None, memlock_unlimited=True,
+                  peermem=False),
+        software=Software(ssh_version="OpenSSH_8.9p1", mpi_flavour="", torch_version="2.3.1",
+                          nccl_version="2.20.5", torch_cuda="12.1", packages={}),
+        mirrors_reachable=True,
+        warnings=("GPUs and an active IB port, but nvidia_peermem is not loaded: NCCL will not "
+                  "use GPUDirect RDMA.",),
+    )
+
+
+def bare_container() -> Facts:
+    """A bare Debian container, root, nothing installed, no GPU, no RDMA."""
+    return Facts(
+        os=DEBIAN,
+        user=UserInfo(name="root", uid=0, gid=0, home="/root", sudo="root"),
+        runtime=Runtime(container="docker", pid1="sleep"),
+        hostname="c0ffee",
+        cpus=2,
+        memory_mib=3934,
+        ifaces=(Iface("eth0", "UP", "02:42:ac:11:00:03", ("172.17.0.3/16",)),),
+        software=Software(packages={}),
+        mirrors_reachable=True,
+        notes=("nvidia-smi was not found: no NVIDIA driver in this container.",),
+    )
+
+
+def write_facts(facts: Facts, path: Path) -> Path:
+    path.write_text(json.dumps(facts.to_dict()), encoding="utf-8")
+    return path
+
+
+class FakeRunner:
+    """A Runner that changes nothing: checks pass for texts containing one of `done`; a run
+    prints `lines` lines and succeeds, unless its text contains one of `fail` (then it prints
+    apt's 'Unable to locate package' and exits 100, `failures` times)."""
+
+    def __init__(self, done: Iterable[str] = (), fail: Iterable[str] = (), lines: int = 3,
+                 failures: int = 1, line: Optional[Callable[[str, int], str]] = None) -> None:
+        self.done = tuple(done)
+        self.fail = tuple(fail)
+        self.lines = lines
+        self.failures = failures
+        self.line = line or (lambda text, k: f"{text.strip().splitlines()[0][:50]} ... {k}")
+        self.calls: List[Tuple[str, str, str]] = []
+        self._just_ran = False
+
+    def check(self, as_: str, text: str) -> bool:
+        self.calls.append(("check", as_, text))
+        if self._just_ran:
+            self._just_ran = False
+            return True
+        return any(d in text for d in self.done)
+
+    def run(self, as_: str, text: str, on_line: Callable[[str], None]) -> int:
+        self.calls.append(("run", as_, text))
+        for k in range(1, self.lines + 1):
+            on_line(self.line(text, k))
+        if self.failures > 0 and any(f in text for f in self.fail):
+            self.failures -= 1
+            on_line("E: Unable to locate package openmpi-bin")
+            return 100
+        self._just_ran = True
+        return 0
+
+    def ran(self) -> List[str]:
+        return [t for kind, _, t in self.calls if kind == "run"]

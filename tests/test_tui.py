@@ -1,0 +1,544 @@
+"""Pilot tests of the wizard (App.run_test at 80x24) with fixture facts and a fake runner:
+the headline flow (MPI + InfiniBand -> preset image -> launch script), the configure-here
+flow, a failing step with its diagnosis, Retry and Undo, refusals at the field, Ctrl+C,
+the keys help, Back, resize, batching of output, and the no-terminal exit."""
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, List
+
+import pytest
+
+pytest.importorskip("textual")
+
+from textual.widgets import Input, Log, OptionList, RadioSet, Static  # noqa: E402
+
+from _tui_fixtures import FakeRunner, bare_container, gpu_ib  # noqa: E402
+from hpcwizard.catalog import load_catalog  # noqa: E402
+from hpcwizard.choices import make_choices  # noqa: E402
+from hpcwizard.plan import build_plan  # noqa: E402
+from hpcwizard.screens.app import WizardApp  # noqa: E402
+from hpcwizard.screens.messages import RunEvents  # noqa: E402
+
+CATALOG = load_catalog()
+
+
+def sync(fn):
+    """Run an async test without a pytest asyncio plugin (none is a dependency)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return asyncio.run(fn(*args, **kwargs))
+
+    return wrapper
+
+
+def make_app(tmp_path: Path, facts=None, runner=None, **kw) -> WizardApp:
+    return WizardApp(facts=facts or bare_container(), runner=runner or FakeRunner(),
+                     catalog=CATALOG, state_dir=tmp_path / "state", clock=lambda: 0.0,
+                     record_name="test-record.toml", **kw)
+
+
+async def wait_for(pilot, cond: Callable[[], bool], timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError("timed out waiting for the app")
+        await pilot.pause(0.02)
+
+
+def name(app) -> str:
+    return type(app.screen).__name__
+
+
+def text_of(widget: Static) -> str:
+    """What a Static shows, as plain text (tables and groups included)."""
+    from rich.console import Console
+
+    content = widget.content
+    if isinstance(content, str):
+        return content
+    console = Console(width=200, color_system=None, record=True, file=open("/dev/null", "w"))
+    console.print(content)
+    return console.export_text()
+
+
+async def to_choose(pilot) -> None:
+    assert name(pilot.app) == "SystemScreen"
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: name(pilot.app) == "ChooseScreen")
+
+
+async def choose_ib(pilot) -> None:
+    await pilot.press("tab")  # framework -> network
+    assert pilot.app.focused.id == "network"
+    await pilot.press("right", "enter")
+    pressed = pilot.app.screen.query_one("#network", RadioSet).pressed_button
+    assert pressed is not None and pressed.id == "network-ib"
+
+
+async def set_input(pilot, selector: str, value: str) -> None:
+    await pilot.click(selector)  # the mouse works too
+    widget = pilot.app.screen.query_one(selector, Input)
+    assert pilot.app.focused is widget
+    await pilot.press("end", *["backspace"] * len(widget.value))
+    await pilot.press(*value)
+    assert widget.value == value
+
+
+# --- the headline flow ---------------------------------------------------------------------
+
+@sync
+async def test_headline_flow_preset_and_launch_script(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    app = make_app(tmp_path, facts=gpu_ib(sudo="none"))
+    seen: List[str] = []
+    async with app.run_test(size=(80, 24)) as pilot:
+        seen.append(name(app))
+        await to_choose(pilot)
+        seen.append(name(app))
+        assert not app.screen.query_one("#network-ib").disabled  # mlx5_0:1 is ACTIVE
+        await choose_ib(pilot)
+        await pilot.press("ctrl+n")
+        await wait_for(pilot, lambda: name(app) == "RecommendScreen")
+        seen.append(name(app))
+        rec = app.plan.recommendation
+        assert rec.path == "preset" and rec.preset.id == "openmpi-ib"
+        head = text_of(app.screen.query_one("#recommend-head", Static))
+        assert rec.preset.image in head and "Recommended: start the job from the preset" in head
+        reasons = text_of(app.screen.query_one("#recommend-reasons", Static))
+        assert "cannot use sudo" in reasons
+        assert app.focused.id == "preset"  # the recommendation is one key away
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: name(app) == "DoneScreen")
+        seen.append(name(app))
+        assert app.plan.choices.mode == "preset" and app.plan.choices.network == "ib"
+        fmt = app.screen.query_one("#export-format", RadioSet).pressed_button
+        assert fmt is not None and fmt.id == "fmt-launch"
+        assert app.focused.id == "export-write"
+        await pilot.press("enter")
+        result = text_of(app.screen.query_one("#export-result", Static))
+    script = tmp_path / "hpcwizard-launch.sh"
+    assert seen == ["SystemScreen", "ChooseScreen", "RecommendScreen", "DoneScreen"]
+    assert script.is_file() and str(script) in result.replace("\n", "")
+    text = script.read_text()
+    assert text.startswith("#!") and rec.preset.image in text
+    assert script.stat().st_mode & 0o777 == 0o700
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+
+
+# --- configure here ------------------------------------------------------------------------
+
+@sync
+async def test_configure_here_flow(tmp_path):
+    facts = bare_container()
+    expected = _plan(facts, framework="mpi", network="tcp", ssh_port=2022)
+    host_keys = next(s for s in expected.steps if s.id == "ssh/host-keys")
+    runner = FakeRunner(done=(host_keys.check,), lines=3)
+    app = make_app(tmp_path, facts=facts, runner=runner)
+    seen: List[str] = []
+    async with app.run_test(size=(80, 24)) as pilot:
+        seen.append(name(app))
+        await to_choose(pilot)
+        seen.append(name(app))
+        ib = app.screen.query_one("#network-ib")
+        assert ib.disabled
+        assert "InfiniBand unavailable: no RDMA device" in text_of(
+            app.screen.query_one("#network-hint", Static))
+        await set_input(pilot, "#ssh_port", "2022")
+        await pilot.press("ctrl+n")
+        await wait_for(pilot, lambda: name(app) == "RecommendScreen")
+        seen.append(name(app))
+        assert app.plan.recommendation.path == "configure"
+        assert app.plan.choices.ssh_port == 2022
+        await pilot.press("c")
+        await wait_for(pilot, lambda: name(app) == "ReviewScreen")
+        seen.append(name(app))
+        review = app.screen
+        await wait_for(pilot, lambda: all(review.checked))
+        ids = [s.id for s in app.plan.steps]
+        # the typed port is in the exact commands shown
+        sshd = ids.index("ssh/sshd-config")
+        steps = review.query_one("#review-steps", OptionList)
+        steps.focus()
+        steps.highlighted = sshd
+        await pilot.pause()
+        detail = review.query_one("#review-detail", Static).content
+        codes = [r.code for r in detail.renderables if hasattr(r, "code")]
+        assert any("2022" in c for c in codes), codes
+        assert "Port 2222" not in "\n".join(codes)
+        # the host-keys check passes (fake): marked as already done
+        keys = ids.index("ssh/host-keys")
+        assert "already done" in str(steps.get_option_at_index(keys).prompt)
+        assert "already done" not in str(steps.get_option_at_index(sshd).prompt)
+        await pilot.press("r")
+        await wait_for(pilot, lambda: name(app) == "RunScreen")
+        seen.append(name(app))
+        await wait_for(pilot, lambda: app.run_status == "done")
+        await pilot.pause()
+        log = app.screen.query_one("#run-log", Log)
+        first = app.plan.steps[sshd].run.strip().splitlines()[0][:50]
+        assert f"  {first} ... 3" in log.lines
+        assert any("already done" in t for t in [text_of(app.screen.query_one("#run-steps"))])
+        await pilot.press("n")
+        await wait_for(pilot, lambda: name(app) == "DoneScreen")
+        seen.append(name(app))
+        summary = text_of(app.screen.query_one("#done-summary", Static))
+        record = app.record
+    assert seen == ["SystemScreen", "ChooseScreen", "RecommendScreen", "ReviewScreen",
+                    "RunScreen", "DoneScreen"]
+    n = len(ids)
+    assert f"{n - 1} done, 1 skipped" in summary and str(record.path) in summary.replace("\n", "")
+    assert record.path.is_file() and record.data["choices"]["ssh_port"] == 2022
+    assert record.data["status"] == "done"
+    # the keys step was skipped (its check passed), every other step ran once
+    assert app.plan.steps[keys].run not in runner.ran()
+    assert app.plan.steps[sshd].run in runner.ran()
+
+
+def _plan(facts, **choices):
+    return build_plan(facts, make_choices(**choices), CATALOG)
+
+
+async def _run_to_failure(tmp_path, runner, pilot, app) -> None:
+    await to_choose(pilot)
+    await pilot.press("ctrl+n")
+    await wait_for(pilot, lambda: name(app) == "RecommendScreen")
+    await pilot.press("c")
+    await wait_for(pilot, lambda: name(app) == "ReviewScreen")
+    await wait_for(pilot, lambda: all(app.screen.checked))
+    await pilot.press("r")
+    await wait_for(pilot, lambda: name(app) == "RunScreen")
+    await wait_for(pilot, lambda: app.run_status == "failed")
+    await pilot.pause()
+
+
+@sync
+async def test_failing_step_shows_diagnosis_and_undo_runs_undo_texts(tmp_path):
+    plan = _plan(bare_container(), framework="mpi", network="tcp")
+    failing = [s.id for s in plan.steps].index("ssh/sshd-config")
+    runner = FakeRunner(fail=(plan.steps[failing].run,))
+    app = make_app(tmp_path, runner=runner)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _run_to_failure(tmp_path, runner, pilot, app)
+        screen = app.screen
+        diagnosis = text_of(screen.query_one("#run-diagnosis", Static))
+        assert "A package is not known to this system's repositories." in diagnosis
+        assert screen.query_one("#run-failure").display
+        for b in ("retry", "skip", "undo", "quit"):
+            assert screen.query_one(f"#{b}").display
+        assert screen.status[failing] == "failed"
+        assert "E: Unable to locate package openmpi-bin" in " ".join(
+            screen.query_one("#run-log", Log).lines)
+        before = len(runner.ran())
+        await pilot.press("u")
+        await wait_for(pilot, lambda: app.run_status in ("undone", "undo-failed"))
+        await pilot.pause()
+        undone = runner.ran()[before:]
+        assert screen.status[failing] == "undone"
+        steps_text = text_of(screen.query_one("#run-steps", Static))
+        await pilot.press("n")
+        await wait_for(pilot, lambda: name(app) == "DoneScreen")
+    # newest first: the failed step's undo, then the packages' purge
+    expected = [plan.steps[i].undo for i in range(failing, -1, -1) if plan.steps[i].undo]
+    assert undone == expected
+    assert "undone" in steps_text
+    assert app.record.data["status"] == "undone"
+
+
+@sync
+async def test_retry_after_failure_finishes_the_run(tmp_path):
+    plan = _plan(bare_container(), framework="mpi", network="tcp")
+    runner = FakeRunner(fail=(plan.steps[0].run,), failures=1)
+    app = make_app(tmp_path, runner=runner)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _run_to_failure(tmp_path, runner, pilot, app)
+        assert app.screen.status[0] == "failed"
+        await pilot.press("r")
+        await wait_for(pilot, lambda: app.run_status == "done")
+        assert runner.ran().count(plan.steps[0].run) == 2
+        assert app.record.data["status"] == "done"
+
+
+@sync
+async def test_skip_after_failure_marks_the_step_skipped(tmp_path):
+    plan = _plan(bare_container(), framework="mpi", network="tcp")
+    runner = FakeRunner(fail=(plan.steps[1].run,), failures=5)
+    app = make_app(tmp_path, runner=runner)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _run_to_failure(tmp_path, runner, pilot, app)
+        await pilot.press("s")
+        await wait_for(pilot, lambda: app.run_status == "done")
+        assert app.record.steps[1]["status"] == "skipped"
+        assert runner.ran().count(plan.steps[1].run) == 1
+
+
+# --- refusals at the field -------------------------------------------------------------------
+
+@pytest.mark.parametrize("port, message", [
+    ("70000", "port 70000 is out of range: give a TCP port from 1 to 65535"),
+    ("22x", "is not a number"),
+])
+@sync
+async def test_invalid_port_is_refused_at_the_field(tmp_path, port, message):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await to_choose(pilot)
+        await set_input(pilot, "#ssh_port", port)
+        hint = text_of(app.screen.query_one("#ssh_port-hint", Static))
+        assert message in hint
+        await pilot.press("ctrl+n")
+        await pilot.pause()
+        assert name(app) == "ChooseScreen" and app.plan is None
+        assert app.focused.id == "ssh_port"
+        await set_input(pilot, "#ssh_port", "2200")
+        assert "sshd between the instances" in text_of(app.screen.query_one("#ssh_port-hint"))
+
+
+@sync
+async def test_unknown_user_is_refused_at_the_user_field(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await to_choose(pilot)
+        await set_input(pilot, "#user", "Bad User")
+        assert "user name 'Bad User' is not valid" in text_of(app.screen.query_one("#user-hint"))
+        await set_input(pilot, "#user", "nosuchuser-hpcw")
+        await pilot.press("ctrl+n")
+        await pilot.pause()
+        assert name(app) == "ChooseScreen"
+        assert "does not exist on this machine" in text_of(app.screen.query_one("#user-hint"))
+
+
+# --- sudo once, Ctrl+C, keys, back, resize ----------------------------------------------------
+
+@sync
+async def test_sudo_password_is_asked_once_before_the_run(tmp_path):
+    asked: List[int] = []
+
+    def sudo() -> bool:
+        asked.append(1)
+        return len(asked) > 1  # refused the first time, accepted the second
+
+    app = make_app(tmp_path, facts=gpu_ib(sudo="password"), sudo=sudo)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await to_choose(pilot)
+        await pilot.press("ctrl+n")
+        await wait_for(pilot, lambda: name(app) == "RecommendScreen")
+        await pilot.press("c")
+        await wait_for(pilot, lambda: name(app) == "ReviewScreen")
+        assert app.plan.needs_root
+        await pilot.press("r")
+        await pilot.pause()
+        assert asked == [1] and name(app) == "ReviewScreen" and app.record is None
+        await pilot.press("r")
+        await wait_for(pilot, lambda: app.run_status == "done")
+    assert asked == [1, 1]
+
+
+class _Child:
+    def __init__(self) -> None:
+        self.released = threading.Event()
+        self.signals: List[int] = []
+
+    def send_signal(self, sig: int) -> None:
+        self.signals.append(sig)
+        self.released.set()
+
+    def wait(self, timeout=None) -> int:
+        return 0
+
+
+class HangingRunner(FakeRunner):
+    """The first run hangs until its child gets a signal (as Ctrl+C delivers)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.child = _Child()
+        self.started = threading.Event()
+
+    def run(self, as_, text, on_line):
+        self.calls.append(("run", as_, text))
+        on_line("working...")
+        self.started.set()
+        self.child.released.wait(10)
+        return 130
+
+
+@sync
+async def test_ctrl_c_asks_before_stopping_a_running_step(tmp_path):
+    import signal
+
+    runner = HangingRunner()
+    app = make_app(tmp_path, runner=runner)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await to_choose(pilot)
+        await pilot.press("ctrl+n")
+        await wait_for(pilot, lambda: name(app) == "RecommendScreen")
+        await pilot.press("c")
+        await wait_for(pilot, lambda: name(app) == "ReviewScreen")
+        await pilot.press("r")
+        await wait_for(pilot, runner.started.is_set)
+        await pilot.press("ctrl+c")
+        await wait_for(pilot, lambda: name(app) == "ConfirmScreen")
+        await pilot.press("n")  # keep running
+        await pilot.pause(0.1)
+        assert app.running and not runner.child.signals
+        await pilot.press("ctrl+c")
+        await wait_for(pilot, lambda: name(app) == "ConfirmScreen")
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.run_status == "interrupted")
+        await pilot.pause()
+        assert runner.child.signals[0] == signal.SIGINT
+        assert app.screen.status[0] == "interrupted"
+        assert app.record.data["status"] == "interrupted"
+        assert "Stopped" in text_of(app.screen.query_one("#run-diagnosis"))
+
+
+@sync
+async def test_question_mark_shows_the_keys_of_the_screen(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await to_choose(pilot)
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: name(app) == "KeysScreen")
+        keys = dict(app.screen.keys)
+        assert keys.get("^n") == "Next" and keys.get("esc") == "Back"
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: name(app) == "ChooseScreen")
+
+
+@sync
+async def test_back_works_on_every_screen_before_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    app = make_app(tmp_path, facts=gpu_ib(sudo="nopasswd"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await to_choose(pilot)
+        await pilot.press("ctrl+n")
+        await wait_for(pilot, lambda: name(app) == "RecommendScreen")
+        await pilot.press("c")
+        await wait_for(pilot, lambda: name(app) == "ReviewScreen")
+        await pilot.press("e")
+        await wait_for(pilot, lambda: name(app) == "ExportScreen")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: name(app) == "ReviewScreen")
+        for expected in ("RecommendScreen", "ChooseScreen", "SystemScreen"):
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: name(app) == expected)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert name(app) == "SystemScreen"  # nothing before System
+        # taking the preset, then back from Done
+        await to_choose(pilot)
+        await pilot.press("ctrl+n")
+        await wait_for(pilot, lambda: name(app) == "RecommendScreen")
+        await pilot.press("p")
+        await wait_for(pilot, lambda: name(app) == "DoneScreen")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: name(app) == "RecommendScreen")
+    assert app.record is None  # nothing ran
+
+
+@sync
+async def test_export_from_review_writes_the_setup_script_without_running(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    runner = FakeRunner()
+    app = make_app(tmp_path, runner=runner)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await to_choose(pilot)
+        await pilot.press("ctrl+n")
+        await wait_for(pilot, lambda: name(app) == "RecommendScreen")
+        await pilot.press("c")
+        await wait_for(pilot, lambda: name(app) == "ReviewScreen")
+        await pilot.press("e")
+        await wait_for(pilot, lambda: name(app) == "ExportScreen")
+        await pilot.click("#export-write")
+        await pilot.pause()
+        assert "Wrote setup script" in text_of(app.screen.query_one("#export-result"))
+    out = tmp_path / "hpcwizard-setup.sh"
+    assert out.is_file() and "run_step" in out.read_text()
+    assert runner.ran() == [] and app.record is None
+
+
+@sync
+async def test_survives_resize(tmp_path):
+    app = make_app(tmp_path, facts=gpu_ib())
+    async with app.run_test(size=(80, 24)) as pilot:
+        for size in ((120, 40), (60, 18), (80, 24)):
+            await pilot.resize_terminal(*size)
+            await pilot.pause()
+            assert app.size == size
+        await to_choose(pilot)
+        await pilot.resize_terminal(50, 15)
+        await pilot.pause()
+        await pilot.resize_terminal(80, 24)
+        await choose_ib(pilot)
+        await pilot.press("ctrl+n")
+        await wait_for(pilot, lambda: name(app) == "RecommendScreen")
+
+
+# --- workers and messages ----------------------------------------------------------------------
+
+@sync
+async def test_detection_runs_in_a_worker_while_system_is_up(tmp_path):
+    release = threading.Event()
+
+    def slow_detect():
+        release.wait(10)
+        return gpu_ib()
+
+    app = WizardApp(detect=slow_detect, runner=FakeRunner(), catalog=CATALOG,
+                    state_dir=tmp_path, clock=lambda: 0.0)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: name(app) == "SystemScreen")
+        screen = app.screen
+        assert "Detecting" in text_of(screen.query_one("#system-status"))
+        assert screen.query_one("#next").disabled
+        await pilot.press("enter")
+        assert name(app) == "SystemScreen"  # nothing to choose from yet
+        release.set()
+        await wait_for(pilot, lambda: app.facts is not None)
+        await pilot.pause()
+        assert "mlx5_0:1" in text_of(screen.query_one("#system-facts"))
+        assert not screen.query_one("#next").disabled
+
+
+@sync
+async def test_output_lines_arrive_batched(tmp_path):
+    lines_per_step = 400
+    runner = FakeRunner(lines=lines_per_step)
+    batches: List[int] = []
+
+    def hook(message) -> None:
+        if isinstance(message, RunEvents):
+            batches.append(len(message.events))
+
+    app = make_app(tmp_path, runner=runner)
+    async with app.run_test(size=(80, 24), message_hook=hook) as pilot:
+        await to_choose(pilot)
+        await pilot.press("ctrl+n")
+        await wait_for(pilot, lambda: name(app) == "RecommendScreen")
+        await pilot.press("c")
+        await wait_for(pilot, lambda: name(app) == "ReviewScreen")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: app.run_status == "done")
+        await pilot.pause()
+        log_lines = app.screen.query_one("#run-log", Log).lines
+    steps = len(app.plan.steps)
+    total_events = sum(batches)
+    assert total_events >= steps * lines_per_step
+    assert len(batches) < total_events / 20  # many lines per message, never one per line
+    assert sum(1 for line in log_lines if line.endswith(f"... {lines_per_step}")) == steps
+
+
+def test_without_a_terminal_prints_one_line_and_exits_2():
+    proc = subprocess.run([sys.executable, "-m", "hpcwizard"], stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30)
+    assert proc.returncode == 2
+    out = (proc.stdout + proc.stderr).strip().splitlines()
+    assert len(out) == 1 and "hpcwizard" in out[0] and "--help" in out[0]

@@ -1,0 +1,196 @@
+"""Snapshot tests (pytest-textual-snapshot, Textual pinned in pyproject) of every screen at
+80x24, and of System at 120x40, with fixture facts of a GPU+IB machine and a bare container.
+Deterministic: frozen clock for the elapsed time, a fixed record path, no blinking cursor.
+Update after a deliberate change with: pytest tests/test_tui_snapshots.py --snapshot-update
+and look at the SVGs in tests/__snapshots__/."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pytest_textual_snapshot")
+
+from textual.widgets import Input  # noqa: E402
+
+from _tui_fixtures import FakeRunner, bare_container, gpu_ib  # noqa: E402
+from hpcwizard.catalog import load_catalog  # noqa: E402
+from hpcwizard.choices import make_choices  # noqa: E402
+from hpcwizard.plan import build_plan  # noqa: E402
+from hpcwizard.screens.app import WizardApp  # noqa: E402
+
+CATALOG = load_catalog()
+STATE = Path("/tmp/hpcwizard-snapshots")  # shown on Run and Done: must not vary
+FACTS = {"gpu_ib": lambda: gpu_ib(sudo="none"), "gpu_ib_sudo": lambda: gpu_ib(sudo="nopasswd"),
+         "bare": bare_container}
+
+
+@pytest.fixture(autouse=True)
+def _fixed_group(monkeypatch):
+    """alice's group name comes from this machine's /etc/group: fix it."""
+    import hpcwizard.plan as plan
+
+    monkeypatch.setattr(plan, "_group_name", lambda gid: "root" if gid == 0 else "alice")
+
+
+def app_for(facts_key: str, runner=None) -> WizardApp:
+    return WizardApp(facts=FACTS[facts_key](), runner=runner or FakeRunner(), catalog=CATALOG,
+                     state_dir=STATE, clock=lambda: 0.0, record_name="snapshot.toml")
+
+
+async def until(pilot, cond, timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "timed out"
+        await pilot.pause(0.02)
+
+
+async def settle(pilot) -> None:
+    for widget in pilot.app.screen.query(Input):
+        widget.cursor_blink = False
+    await pilot.wait_for_scheduled_animations()
+    await pilot.pause(0.3)  # let layout and scrollbars catch up with the last update
+    await pilot.wait_for_scheduled_animations()
+
+
+def screen_is(pilot, name: str):
+    return lambda: type(pilot.app.screen).__name__ == name
+
+
+async def go_choose(pilot, ib: bool = False) -> None:
+    await until(pilot, screen_is(pilot, "SystemScreen"))
+    await pilot.press("enter")
+    await until(pilot, screen_is(pilot, "ChooseScreen"))
+    if ib:
+        await pilot.press("tab", "right", "enter")
+
+
+async def go_recommend(pilot, ib: bool = False) -> None:
+    await go_choose(pilot, ib)
+    await pilot.press("ctrl+n")
+    await until(pilot, screen_is(pilot, "RecommendScreen"))
+
+
+async def go_review(pilot, ib: bool = False) -> None:
+    await go_recommend(pilot, ib)
+    await pilot.press("c")
+    await until(pilot, screen_is(pilot, "ReviewScreen"))
+    await until(pilot, lambda: all(pilot.app.screen.checked))
+
+
+async def go_run(pilot, ib: bool = False, status: str = "done") -> None:
+    await go_review(pilot, ib)
+    await pilot.press("r")
+    await until(pilot, lambda: pilot.app.run_status == status)
+
+
+@pytest.mark.parametrize("facts", ["gpu_ib", "bare"])
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+def test_system(snap_compare, facts, size):
+    async def run_before(pilot):
+        await until(pilot, screen_is(pilot, "SystemScreen"))
+        await settle(pilot)
+
+    assert snap_compare(app_for(facts), terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("facts", ["gpu_ib", "bare"])
+def test_choose(snap_compare, facts):
+    async def run_before(pilot):
+        await go_choose(pilot, ib=facts == "gpu_ib")
+        await settle(pilot)
+
+    assert snap_compare(app_for(facts), run_before=run_before)
+
+
+def test_choose_refuses_a_bad_port(snap_compare):
+    async def run_before(pilot):
+        await go_choose(pilot)
+        await pilot.click("#ssh_port")
+        await pilot.press("end", "backspace", "backspace", "backspace", "backspace", *"99999")
+        await pilot.press("ctrl+n")
+        await settle(pilot)
+
+    assert snap_compare(app_for("bare"), run_before=run_before)
+
+
+@pytest.mark.parametrize("facts", ["gpu_ib", "bare"])
+def test_recommend(snap_compare, facts):
+    async def run_before(pilot):
+        await go_recommend(pilot, ib=facts == "gpu_ib")
+        await settle(pilot)
+
+    assert snap_compare(app_for(facts), run_before=run_before)
+
+
+@pytest.mark.parametrize("facts", ["gpu_ib_sudo", "bare"])
+def test_review(snap_compare, facts):
+    plan = build_plan(FACTS[facts](), make_choices(framework="mpi", network="tcp"), CATALOG)
+    runner = FakeRunner(done=(plan.steps[1].check,))
+
+    async def run_before(pilot):
+        await go_review(pilot)
+        await pilot.press("down", "down")  # a step with undo text and a note
+        await settle(pilot)
+
+    assert snap_compare(app_for(facts, runner), run_before=run_before)
+
+
+def test_review_export_dialog(snap_compare):
+    async def run_before(pilot):
+        await go_review(pilot)
+        await pilot.press("e")
+        await until(pilot, screen_is(pilot, "ExportScreen"))
+        await settle(pilot)
+
+    assert snap_compare(app_for("bare"), run_before=run_before)
+
+
+def test_run_finished(snap_compare):
+    async def run_before(pilot):
+        await go_run(pilot)
+        await settle(pilot)
+
+    assert snap_compare(app_for("bare", FakeRunner(lines=2)), run_before=run_before)
+
+
+def test_run_failed_with_diagnosis(snap_compare):
+    plan = build_plan(bare_container(), make_choices(framework="mpi", network="tcp"), CATALOG)
+    runner = FakeRunner(fail=(plan.steps[2].run,), lines=2)
+
+    async def run_before(pilot):
+        await go_run(pilot, status="failed")
+        await settle(pilot)
+
+    assert snap_compare(app_for("bare", runner), run_before=run_before)
+
+
+def test_done_after_run(snap_compare):
+    async def run_before(pilot):
+        await go_run(pilot)
+        await pilot.press("n")
+        await until(pilot, screen_is(pilot, "DoneScreen"))
+        await settle(pilot)
+
+    assert snap_compare(app_for("bare"), run_before=run_before)
+
+
+def test_done_preset(snap_compare):
+    async def run_before(pilot):
+        await go_recommend(pilot, ib=True)
+        await pilot.press("p")
+        await until(pilot, screen_is(pilot, "DoneScreen"))
+        await settle(pilot)
+
+    assert snap_compare(app_for("gpu_ib"), run_before=run_before)
+
+
+def test_keys_help(snap_compare):
+    async def run_before(pilot):
+        await go_review(pilot)
+        await pilot.press("question_mark")
+        await until(pilot, screen_is(pilot, "KeysScreen"))
+        await settle(pilot)
+
+    assert snap_compare(app_for("bare"), run_before=run_before)
