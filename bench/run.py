@@ -119,10 +119,21 @@ def fig_tui_start(repeats: int) -> Figure:
     return fig
 
 
+def fig_tui_memory(repeats: int) -> Figure:
+    fig = Figure("tui-memory", "TUI peak RSS through the headline flow (MiB)", "-",
+                 "<= 120 MB RSS", unit="MiB")
+    for _ in range(max(1, repeats // 2)):
+        out = subprocess.run([PY, str(HERE / "tui_memory.py")], capture_output=True, text=True,
+                             check=True).stdout.split()
+        fig.ours.append(float(out[-1]))
+    return fig
+
+
 FIGURES: Dict[str, Callable[[int], Figure]] = {
     "detect": fig_detect,
     "startup": fig_import,
     "tui-start": fig_tui_start,
+    "tui-memory": fig_tui_memory,
 }
 
 

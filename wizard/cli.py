@@ -84,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     vh.add_argument("--hosts", help="the job's hosts: node1,node2 or job-worker-{0..3} or node[1-3]")
     vh.add_argument("--hostfile", help="an OpenMPI/MPICH hostfile naming the job's hosts")
     v.add_argument("--here", action="store_true", help="only the checks on this instance")
+    v.add_argument("--jobs", default="16", help="how many hosts to check at once (default 16)")
     v.add_argument("--json", action="store_true")
 
     dg = sub.add_parser("diagnose", help="explain the known failures in an ssh/mpirun/UCX/NCCL log"
@@ -317,7 +318,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 raise
             hosts = None  # no hosts anywhere: the checks here only, said in the report
     facts, plan = _plan(args, choices)
-    report = verify(plan, facts, hosts)
+    jobs = args.jobs.strip()
+    if not jobs.isdigit() or not 1 <= int(jobs) <= 256:
+        raise BadInput(f"--jobs {args.jobs!r} is not a number from 1 to 256")
+    report = verify(plan, facts, hosts, max_workers=int(jobs))
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     else:
