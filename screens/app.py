@@ -18,6 +18,7 @@ import os
 import signal
 import threading
 import time
+from importlib import resources as _resources
 from pathlib import Path
 from typing import Any, Callable, ContextManager, List, Optional
 
@@ -25,9 +26,11 @@ from textual import work
 from textual.app import App
 from textual.binding import Binding
 
+from hpcwizard.i18n import _, get_language, set_language
+
 from .messages import DetectFailed, FactsReady, RunEnded, RunEvents
 from .system import SystemScreen
-from .widgets import ConfirmScreen, KeysScreen, keys_of
+from .widgets import ConfirmScreen, KeysScreen, WizardScreen, keys_of, translate_bindings
 
 FLUSH_SECONDS = 0.05  # output lines reach the UI at most this late, in one message
 FLUSH_ITEMS = 500  # or as soon as this many events are waiting
@@ -134,11 +137,15 @@ class WizardApp(App[int]):
     record_name  the record's file name (default: time stamp, framework, network)
     """
 
-    CSS_PATH = "wizard.tcss"
+    # The stylesheet is read through importlib.resources, not CSS_PATH (which textual open()s
+    # as a file): from dist/hpcwizard.pyz there is no file to open.
+    CSS = _resources.files(__name__.rpartition(".")[0]).joinpath("wizard.tcss").read_text("utf-8")
     TITLE = "hpcwizard"
     ENABLE_COMMAND_PALETTE = False
     BINDINGS = [
         Binding("question_mark,f1", "keys", "Keys"),
+        # F2 switches the language; its label names the other language in its own words
+        Binding("f2", "toggle_language", "中文"),
         Binding("ctrl+c", "interrupt", "Stop the run, or quit", show=False, priority=True),
         Binding("ctrl+q", "quit_app", "Quit", show=False, priority=True),
     ]
@@ -170,6 +177,7 @@ class WizardApp(App[int]):
     # --- start and detection ----------------------------------------------------------------
 
     def on_mount(self) -> None:
+        translate_bindings(self)
         self.system_screen = SystemScreen()
         self.push_screen(self.system_screen)
         if self.facts is None:
@@ -255,7 +263,8 @@ class WizardApp(App[int]):
         import subprocess
 
         with self.suspend():
-            print("hpcwizard: the system steps need sudo; it asks for your password once, now.")
+            print(_("hpcwizard: the system steps need sudo; it asks for your password once, "
+                    "now."))
             ok = subprocess.run(["sudo", "-v"]).returncode == 0
         return ok
 
@@ -278,7 +287,7 @@ class WizardApp(App[int]):
             return
         if plan.needs_root and self.facts.user.sudo == "password":
             if not self._sudo():
-                self.notify("sudo did not accept the password: nothing was changed.",
+                self.notify(_("sudo did not accept the password: nothing was changed."),
                             severity="error", timeout=8)
                 return
         self.plan = plan
@@ -364,11 +373,11 @@ class WizardApp(App[int]):
             def answer(stop: Optional[bool]) -> None:
                 if stop and self.running and self.stoppable is not None:
                     self.stoppable.interrupt()
-                    self.notify("Stopping the running step…")
+                    self.notify(_("Stopping the running step…"))
 
             self.push_screen(ConfirmScreen(
-                "A step is running. Stop it? What it did so far stays; Undo can take it back.",
-                yes="Stop", no="Keep running"), answer)
+                _("A step is running. Stop it? What it did so far stays; Undo can take it back."),
+                yes=_("Stop"), no=_("Keep running")), answer)
         else:
             self.action_quit_app()
 
@@ -383,7 +392,34 @@ class WizardApp(App[int]):
             if yes:
                 self.exit_with_status()
 
-        self.push_screen(ConfirmScreen("Quit hpcwizard?", yes="Quit", no="Stay"), answer)
+        self.push_screen(ConfirmScreen(_("Quit hpcwizard?"), yes=_("Quit"), no=_("Stay")), answer)
+
+    async def action_toggle_language(self) -> None:
+        """F2: English <-> 中文. The plan is built again (its reasons are sentences in the
+        language), the screen on top is drawn again now, the others when shown again.
+        Commands, records and files do not change."""
+        from textual.screen import ModalScreen
+
+        if isinstance(self.screen, ModalScreen):
+            return
+        set_language("en" if get_language() == "zh" else "zh")
+        translate_bindings(self)
+        if self.plan is not None and self.facts is not None and self.catalog is not None:
+            from hpcwizard.plan import build_plan
+            from hpcwizard.validate import BadInput
+
+            try:
+                plan = build_plan(self.facts, self.plan.choices, self.catalog)
+            except BadInput:
+                plan = self.plan
+            old = self.plan
+            self.plan = plan
+            for screen in self.screen_stack:
+                if getattr(screen, "plan", None) is old:
+                    screen.plan = plan  # type: ignore[attr-defined]
+        if isinstance(self.screen, WizardScreen):
+            await self.screen.refresh_language()
+        self.refresh_bindings()
 
 
 def load_facts_file(path: str) -> Any:
@@ -393,7 +429,8 @@ def load_facts_file(path: str) -> Any:
     try:
         return Facts.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
     except (OSError, ValueError, TypeError, KeyError) as exc:
-        raise BadInput(f"HPCWIZARD_FACTS={path}: cannot read facts from it: {exc}") from None
+        raise BadInput(_("HPCWIZARD_FACTS={path}: cannot read facts from it: {error}").format(
+            path=path, error=exc)) from None
 
 
 def run_tui() -> int:

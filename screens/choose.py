@@ -11,6 +11,8 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.validation import ValidationResult, Validator
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Static
 
+from hpcwizard.i18n import N_, _
+
 from .widgets import WizardScreen
 
 
@@ -56,14 +58,16 @@ def ib_unavailable(facts: Any) -> str:
     if facts is None or facts.active_ports:
         return ""
     if not facts.hcas:
-        return "no RDMA device in this container"
+        return _("no RDMA device in this container")
     if all(h.software for h in facts.hcas):
-        return "only software RDMA (rxe/siw): no InfiniBand hardware"
+        return _("only software RDMA (rxe/siw): no InfiniBand hardware")
     ports = [f"{p.name} {p.state}" for h in facts.hcas if not h.software for p in h.ports]
-    return "no active port (" + ", ".join(ports) + ")" if ports else "no InfiniBand port"
+    return (_("no active port ({ports})").format(ports=", ".join(ports)) if ports
+            else _("no InfiniBand port"))
 
 
 FIELDS = ("user", "ssh_port", "peers")
+FIELD_OF_ERROR = {"user": "user", "port": "ssh_port", "peers": "peers"}  # BadInput.field
 
 
 class ChooseScreen(WizardScreen):
@@ -74,60 +78,74 @@ class ChooseScreen(WizardScreen):
         Binding("escape", "back", "Back"),
     ]
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.sub_title = "2/6 Choose"
+    SUB_TITLE = N_("2/6 Choose")
 
     def compose_body(self) -> ComposeResult:
         facts = self.app.facts
         why_not_ib = ib_unavailable(facts)
-        me = facts.user.name if facts else "you"
+        me = facts.user.name if facts else _("you")
         with VerticalScroll(id="choose-body", classes="body"):
             with Horizontal(classes="field"):
-                yield Label("Framework", classes="field-label")
+                yield Label(_("Framework"), classes="field-label")
                 with RadioSet(id="framework", classes="inline"):
                     yield RadioButton("MPI", value=True, id="framework-mpi")
                     yield RadioButton("PyTorch", id="framework-pytorch")
             with Horizontal(classes="field"):
-                yield Label("Network", classes="field-label")
+                yield Label(_("Network"), classes="field-label")
                 with RadioSet(id="network", classes="inline"):
                     yield RadioButton("TCP", value=True, id="network-tcp")
                     yield RadioButton("InfiniBand", id="network-ib", disabled=bool(why_not_ib))
-            yield Static(f"InfiniBand unavailable: {why_not_ib}" if why_not_ib else
-                         "InfiniBand: " + ", ".join(p.name for p in facts.active_ports) + " active",
+            yield Static(_("InfiniBand unavailable: {why}").format(why=why_not_ib) if why_not_ib
+                         else _("InfiniBand: {ports} active").format(
+                             ports=", ".join(p.name for p in facts.active_ports)),
                          id="network-hint", classes="hint" + (" warn" if why_not_ib else ""))
             with Horizontal(classes="field"):
-                yield Label("Job user", classes="field-label")
-                yield Input("", placeholder=f"{me} (you)", id="user", compact=True,
+                yield Label(_("Job user"), classes="field-label")
+                yield Input("", placeholder=_("{name} (you)").format(name=me), id="user",
+                            compact=True,
                             validators=[CoreCheck(_user)], validate_on=["changed", "submitted"])
-            yield Static("The user the job runs as; empty: you.", id="user-hint", classes="hint")
-            with Horizontal(classes="field"):
-                yield Label("SSH port", classes="field-label")
-                yield Input("2222", id="ssh_port", compact=True, max_length=5,
-                            validators=[CoreCheck(_port)], validate_on=["changed", "submitted"])
-            yield Static("sshd between the instances listens here.", id="ssh_port-hint",
+            yield Static(_("The user the job runs as; empty: you."), id="user-hint",
                          classes="hint")
             with Horizontal(classes="field"):
-                yield Label("Host keys", classes="field-label")
-                with RadioSet(id="host_keys", classes="inline"):
-                    yield RadioButton("pinned (safe)", value=True, id="host_keys-pinned")
-                    yield RadioButton("off (as the guide)", id="host_keys-off")
+                yield Label(_("SSH port"), classes="field-label")
+                yield Input("2222", id="ssh_port", compact=True, max_length=5,
+                            validators=[CoreCheck(_port)], validate_on=["changed", "submitted"])
+            yield Static(_("sshd between the instances listens here."), id="ssh_port-hint",
+                         classes="hint")
             with Horizontal(classes="field"):
-                yield Label("Instances", classes="field-label")
+                yield Label(_("Host keys"), classes="field-label")
+                with RadioSet(id="host_keys", classes="inline"):
+                    yield RadioButton(_("pinned (safe)"), value=True, id="host_keys-pinned")
+                    yield RadioButton(_("off (as the guide)"), id="host_keys-off")
+            with Horizontal(classes="field"):
+                yield Label(_("Instances"), classes="field-label")
                 yield Input("*", id="peers", compact=True,
                             validators=[CoreCheck(_peers)], validate_on=["changed", "submitted"])
-            yield Static("ssh Host pattern naming the job's instances, e.g. job-* ; * is all.",
+            yield Static(_("ssh Host pattern naming the job's instances, e.g. job-* ; * is all."),
                          id="peers-hint", classes="hint")
             yield Static("", id="choose-error", classes="hint error")
         with Horizontal(classes="buttons"):
-            yield Button("Back (esc)", id="back", compact=True)
-            yield Button("Next (ctrl+n)", id="next", variant="primary", compact=True)
+            yield Button(_("Back (esc)"), id="back", compact=True)
+            yield Button(_("Next (ctrl+n)"), id="next", variant="primary", compact=True)
 
     def on_mount(self) -> None:
         self.hints: Dict[str, str] = {}
         for name in FIELDS:
             self.hints[name] = str(self.query_one(f"#{name}-hint", Static).content)
         self.query_one("#framework", RadioSet).focus()
+
+    async def refresh_language(self) -> None:
+        """Drawn again in the other language, with what the user typed and picked kept."""
+        values = self.raw_values()
+        await self.recompose()
+        for name in ("framework", "network", "host_keys"):
+            button = self.query(f"#{name}-{values[name]}")
+            if button:
+                button.first(RadioButton).value = True
+        for name in FIELDS:
+            self.query_one(f"#{name}", Input).value = values[name]
+        self.on_mount()
+        self.after_language()
 
     # --- field-level refusal -------------------------------------------------------------
 
@@ -185,14 +203,7 @@ class ChooseScreen(WizardScreen):
             self.app.choose(self.raw_values())
         except BadInput as exc:
             message = str(exc)
-            if message.startswith(("user", "home directory")):
-                field = "user"
-            elif message.startswith("port"):
-                field = "ssh_port"
-            elif message.startswith("host pattern"):
-                field = "peers"
-            else:
-                field = None
+            field = FIELD_OF_ERROR.get(getattr(exc, "field", ""))
             if field:
                 self.show_field_error(field, message)
                 self.query_one(f"#{field}", Input).focus()

@@ -10,6 +10,9 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Static
 
+from hpcwizard.i18n import N_, _, field, ljust, pick, width
+from hpcwizard.report import status_word
+
 from .widgets import ExportPanel, WizardScreen
 
 
@@ -27,7 +30,7 @@ class DoneScreen(WizardScreen):
         self.plan = plan
         self.record = record
         self.status = status
-        self.sub_title = "6/6 Done" if record is not None else "6/6 Preset image"
+        self.SUB_TITLE = N_("6/6 Done") if record is not None else N_("6/6 Preset image")
 
     @property
     def BACK(self) -> bool:  # type: ignore[override]
@@ -44,22 +47,28 @@ class DoneScreen(WizardScreen):
             yield ExportPanel(self.plan, default=default, id="done-export")
         with Horizontal(classes="buttons"):
             if self.record is None:
-                yield Button("Back (esc)", id="back", compact=True)
-            yield Button("Quit (q)", id="quit", compact=True)
+                yield Button(_("Back (esc)"), id="back", compact=True)
+            yield Button(_("Quit (q)"), id="quit", compact=True)
 
     def on_mount(self) -> None:
         self.query_one("#export-write", Button).focus()
 
+    def after_language(self) -> None:
+        self.on_mount()
+        super().after_language()
+
     def preset_text(self) -> Text:
         preset = self.plan.recommendation.preset
         text = Text()
-        text.append("Start the job from the preset image:\n", style="bold green")
-        text.append(f"  {preset.image}\n" if preset else "  (no preset for these choices)\n",
-                    style="bold")
+        text.append(_("Start the job from the preset image:") + "\n", style="bold green")
+        text.append(f"  {preset.image}\n" if preset else
+                    "  " + _("(no preset for these choices)") + "\n", style="bold")
         if preset:
-            text.append(f"  {preset.title}; provides {', '.join(preset.provides)}.\n")
-        text.append("Nothing on this machine was changed. Write the launch script below, "
-                    "then start the instances from that image.", style="dim")
+            text.append("  " + _("{title}; provides {provides}.").format(
+                title=field(preset, "title"),
+                provides=pick(", ".join(preset.provides), preset.i18n, "provides")) + "\n")
+        text.append(_("Nothing on this machine was changed. Write the launch script below, "
+                      "then start the instances from that image."), style="dim")
         return text
 
     def result_text(self) -> Text:
@@ -67,20 +76,25 @@ class DoneScreen(WizardScreen):
         count = {k: sum(1 for s in steps if s["status"] == k)
                  for k in ("done", "skipped", "failed", "interrupted", "undone", "pending")}
         text = Text()
-        headline = {"done": ("Done: this machine is configured.", "bold green"),
-                    "undone": ("Undone: the changes were taken back.", "bold magenta")}.get(
-            self.status, (f"Stopped ({self.status}): not every step ran.", "bold yellow"))
+        headline = {"done": (_("Done: this machine is configured."), "bold green"),
+                    "undone": (_("Undone: the changes were taken back."), "bold magenta")}.get(
+            self.status, (_("Stopped ({status}): not every step ran.").format(
+                status=status_word(self.status)), "bold yellow"))
         text.append(headline[0] + "\n", style=headline[1])
-        parts = [f"{count['done']} done", f"{count['skipped']} skipped (already done)"]
-        parts += [f"{count[k]} {k}" for k in ("failed", "interrupted", "undone", "pending")
-                  if count[k]]
-        text.append("  " + ", ".join(parts) + "\n")
-        text.append("Record ", style="bold")
+        parts = [_("{n} done").format(n=count["done"]),
+                 _("{n} skipped (already done)").format(n=count["skipped"])]
+        parts += [_("{n} {status}").format(n=count[k], status=status_word(k))
+                  for k in ("failed", "interrupted", "undone", "pending") if count[k]]
+        text.append("  " + _(", ").join(parts) + "\n")
+        label_record, label_log = _("Record"), _("Log")
+        cells = max(width(label_record), width(label_log)) + 1
+        text.append(ljust(label_record, cells), style="bold")
         text.append(f"{self.record.path}\n")
-        text.append("Log    ", style="bold")
+        text.append(ljust(label_log, cells), style="bold")
         text.append(f"{self.record.log_path}\n")
         if self.status != "undone":
-            text.append(f"To take it back: hpcwizard undo {self.record.path}", style="dim")
+            text.append(_("To take it back: hpcwizard undo {path}").format(
+                path=self.record.path), style="dim")
         text.rstrip()
         return text
 

@@ -9,6 +9,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Static
 
+from hpcwizard.i18n import N_, _, field
+
 from .widgets import WizardScreen, bullet_text
 
 
@@ -21,9 +23,10 @@ class RecommendScreen(WizardScreen):
         Binding("escape", "back", "Back"),
     ]
 
+    SUB_TITLE = N_("3/6 Recommend")
+
     def __init__(self, plan: Any) -> None:
         super().__init__()
-        self.sub_title = "3/6 Recommend"
         self.plan = plan
 
     def compose_body(self) -> ComposeResult:
@@ -32,36 +35,43 @@ class RecommendScreen(WizardScreen):
         preset = rec.preset
         c = plan.choices
         head = Text()
-        head.append(f"{c.framework.upper() if c.framework == 'mpi' else 'PyTorch'} over "
-                    f"{'InfiniBand' if c.network == 'ib' else 'TCP'}, job user "
-                    f"{plan.target.user}, SSH port {c.ssh_port}\n\n", style="dim")
+        head.append(_("{framework} over {network}, job user {user}, SSH port {port}").format(
+            framework=c.framework.upper() if c.framework == "mpi" else "PyTorch",
+            network="InfiniBand" if c.network == "ib" else "TCP", user=plan.target.user,
+            port=c.ssh_port) + "\n\n", style="dim")
         if rec.path == "preset" and preset is not None:
-            head.append("Recommended: start the job from the preset image\n", style="bold green")
+            head.append(_("Recommended: start the job from the preset image") + "\n",
+                        style="bold green")
             head.append(f"  {preset.image}\n", style="bold")
-            head.append(f"  {preset.title} ({preset.id})", style="")
+            head.append(f"  {field(preset, 'title')} ({preset.id})", style="")
         else:
-            head.append("Recommended: configure this machine", style="bold green")
-            head.append(f" ({len(plan.steps)} steps, reviewed before anything runs)")
+            head.append(_("Recommended: configure this machine"), style="bold green")
+            head.append(_(" ({n} steps, reviewed before anything runs)").format(
+                n=len(plan.steps)))
         with VerticalScroll(id="recommend-body", classes="body"):
             yield Static(head, id="recommend-head")
-            yield Static(Text("Why", style="bold"), classes="section")
+            yield Static(Text(_("Why"), style="bold"), classes="section")
             yield Static(bullet_text(rec.reasons), id="recommend-reasons")
             if preset is not None and rec.path != "preset":
-                yield Static(Text(f"Preset image: {preset.image}", style="dim"),
-                             id="recommend-alt")
+                yield Static(Text(_("Preset image: {image}").format(image=preset.image),
+                                  style="dim"), id="recommend-alt")
             if plan.warnings:
                 yield Static(bullet_text(plan.warnings, style="red"), id="recommend-warnings")
         with Horizontal(classes="buttons"):
-            yield Button("Back (esc)", id="back", compact=True)
-            yield Button("Use preset image (p)", id="preset", compact=True,
+            yield Button(_("Back (esc)"), id="back", compact=True)
+            yield Button(_("Use preset image (p)"), id="preset", compact=True,
                          variant="primary" if rec.path == "preset" else "default",
                          disabled=preset is None)
-            yield Button("Configure here (c)", id="configure", compact=True,
+            yield Button(_("Configure here (c)"), id="configure", compact=True,
                          variant="primary" if rec.path != "preset" else "default")
 
     def on_mount(self) -> None:
         recommended = "preset" if self.plan.recommendation.path == "preset" else "configure"
         self.query_one(f"#{recommended}", Button).focus()
+
+    def after_language(self) -> None:
+        self.on_mount()
+        super().after_language()
 
     def check_action(self, action: str, parameters: tuple):
         if action == "preset":

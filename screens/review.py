@@ -15,6 +15,8 @@ from textual.widgets import Button, OptionList, Static
 from textual.widgets.option_list import Option
 
 from .messages import StepChecked
+from hpcwizard.i18n import N_, _, field
+
 from .widgets import ExportScreen, WizardScreen
 
 MARK = {None: ("…", "dim"), True: ("✓", "green"), False: ("•", "yellow")}
@@ -24,10 +26,10 @@ def step_prompt(n: int, total: int, step: Any, done: Optional[bool], checked: bo
     mark, style = MARK[done] if checked else ("…", "dim")
     text = Text()
     text.append(f"{mark} ", style=style)
-    text.append(f"{n}/{total} {step.title}")
+    text.append(f"{n}/{total} {field(step, 'title')}")
     text.append(" (root)" if step.as_ == "root" else "", style="dim")
     if checked and done:
-        text.append("  already done", style="green")
+        text.append("  " + _("already done"), style="green")
     return text
 
 
@@ -38,17 +40,18 @@ def _code(text: str) -> Syntax:
 
 def step_detail(step: Any, target_user: str) -> Group:
     who = "root" if step.as_ == "root" else target_user
-    parts: List[Any] = [Text.assemble((step.title, "bold"), (f"  {step.id}, as {who}", "dim"))]
+    parts: List[Any] = [Text.assemble((field(step, "title"), "bold"), (
+        "  " + _("{id}, as {user}").format(id=step.id, user=who), "dim"))]
     if step.why:
-        parts.append(Text(step.why, style="italic dim"))
-    parts += [Text("run:", style="bold cyan"), _code(step.run),
-              Text("done when this succeeds:", style="bold cyan"), _code(step.check)]
+        parts.append(Text(field(step, "why"), style="italic dim"))
+    parts += [Text(_("run:"), style="bold cyan"), _code(step.run),
+              Text(_("done when this succeeds:"), style="bold cyan"), _code(step.check)]
     if step.undo:
-        parts += [Text("undo:", style="bold cyan"), _code(step.undo)]
+        parts += [Text(_("undo:"), style="bold cyan"), _code(step.undo)]
     else:
-        parts.append(Text("undo: nothing (see the note)", style="bold cyan"))
+        parts.append(Text(_("undo: nothing (see the note)"), style="bold cyan"))
     if step.note:
-        parts.append(Text(f"note: {step.note}", style="yellow"))
+        parts.append(Text(_("note: {note}").format(note=field(step, "note")), style="yellow"))
     return Group(*parts)
 
 
@@ -61,37 +64,61 @@ class ReviewScreen(WizardScreen):
         Binding("escape", "back", "Back"),
     ]
 
+    SUB_TITLE = N_("4/6 Review")
+
     def __init__(self, plan: Any) -> None:
         super().__init__()
-        self.sub_title = "4/6 Review"
         self.plan = plan
         self.done: List[Optional[bool]] = [None] * len(plan.steps)
         self.checked = [False] * len(plan.steps)
 
     def compose_body(self) -> ComposeResult:
         total = len(self.plan.steps)
-        summary = Text(f"{total} steps; ✓ = already done here (checked, not run). "
-                       "Nothing has run yet.", style="dim")
-        yield Static(summary, id="review-summary")
+        yield Static(self.summary(), id="review-summary")
         yield OptionList(*[Option(step_prompt(n, total, s, None, False), id=f"step-{n - 1}")
                            for n, s in enumerate(self.plan.steps, 1)], id="review-steps")
         with VerticalScroll(id="review-detail-box"):
             yield Static("", id="review-detail")
         with Horizontal(classes="buttons"):
-            yield Button("Back (esc)", id="back", compact=True)
-            yield Button("Export (e)", id="export", compact=True)
-            yield Button("Run these steps (r)", id="run", variant="primary", compact=True,
+            yield Button(_("Back (esc)"), id="back", compact=True)
+            yield Button(_("Export (e)"), id="export", compact=True)
+            yield Button(_("Run these steps (r)"), id="run", variant="primary", compact=True,
                          disabled=not self.plan.steps)
 
+    def summary(self) -> Text:
+        total = len(self.plan.steps)
+        if all(self.checked):
+            n = sum(1 for d in self.done if d)
+            return Text(_("{total} steps, {n} already done here (✓): they will be skipped. "
+                          "Nothing has run yet.").format(total=total, n=n), style="dim")
+        return Text(_("{total} steps; ✓ = already done here (checked, not run). Nothing has "
+                      "run yet.").format(total=total), style="dim")
+
     def on_mount(self) -> None:
+        self.show_first()
+        self.run_checks()
+
+    def show_first(self, index: int = 0) -> None:
         steps = self.query_one("#review-steps", OptionList)
         if self.plan.steps:
-            steps.highlighted = 0
-            self.show_step(0)
+            steps.highlighted = index
+            self.show_step(index)
         else:
-            self.query_one("#review-detail", Static).update("Nothing to do on this machine.")
+            self.query_one("#review-detail", Static).update(_("Nothing to do on this machine."))
         steps.focus()
-        self.run_checks()
+
+    async def refresh_language(self) -> None:
+        """Drawn again in the other language; the checks' results are kept, not run again."""
+        highlighted = self.query_one("#review-steps", OptionList).highlighted or 0
+        await self.recompose()
+        total = len(self.plan.steps)
+        options = self.query_one("#review-steps", OptionList)
+        for i, step in enumerate(self.plan.steps):
+            if self.checked[i]:
+                options.replace_option_prompt_at_index(
+                    i, step_prompt(i + 1, total, step, self.done[i], True))
+        self.show_first(highlighted)
+        self.after_language()
 
     @work(thread=True, exit_on_error=False, group="checks", exclusive=True)
     def run_checks(self) -> None:
@@ -111,10 +138,7 @@ class ReviewScreen(WizardScreen):
         self.query_one("#review-steps", OptionList).replace_option_prompt_at_index(
             i, step_prompt(i + 1, total, self.plan.steps[i], message.done, True))
         if all(self.checked):
-            n = sum(1 for d in self.done if d)
-            self.query_one("#review-summary", Static).update(Text(
-                f"{total} steps, {n} already done here (✓): they will be skipped. "
-                "Nothing has run yet.", style="dim"))
+            self.query_one("#review-summary", Static).update(self.summary())
 
     @on(OptionList.OptionHighlighted, "#review-steps")
     def _highlighted(self, event: OptionList.OptionHighlighted) -> None:

@@ -11,19 +11,24 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Log, ProgressBar, Static
 
-from .widgets import WizardScreen
+from hpcwizard.i18n import N_, _, field
+from hpcwizard.report import status_word
+
+from .widgets import WizardScreen, translate_bindings
 
 STATUS = {
     "pending": ("·", "dim", ""),
-    "running": ("▶", "bold cyan", "running"),
+    "running": ("▶", "bold cyan", N_("running")),
     "done": ("✓", "green", ""),
-    "skipped": ("✓", "dim green", "already done"),
-    "failed": ("✗", "bold red", "failed"),
-    "interrupted": ("■", "yellow", "stopped"),
-    "undoing": ("↶", "bold cyan", "undoing"),
-    "undone": ("↶", "magenta", "undone"),
-    "undo-failed": ("✗", "bold red", "undo failed"),
+    "skipped": ("✓", "dim green", N_("already done")),
+    "failed": ("✗", "bold red", N_("failed")),
+    "interrupted": ("■", "yellow", N_("stopped")),
+    "undoing": ("↶", "bold cyan", N_("undoing")),
+    "undone": ("↶", "magenta", N_("undone")),
+    "undo-failed": ("✗", "bold red", N_("undo failed")),
 }
+BUTTONS = {"retry": N_("Retry (r)"), "skip": N_("Skip (s)"), "undo": N_("Undo (u)"),
+           "quit": N_("Quit (q)"), "continue": N_("Continue (n)")}
 
 
 def _clock(seconds: float) -> str:
@@ -43,12 +48,13 @@ class RunScreen(WizardScreen):
         Binding("n", "continue", "Continue"),
     ]
 
+    SUB_TITLE = N_("5/6 Run")
+
     def __init__(self, plan: Any, record: Any) -> None:
         super().__init__()
-        self.sub_title = "5/6 Run"
         self.plan = plan
         self.record = record
-        self.titles = [s["title"] for s in record.steps]
+        self.titles = self.step_titles()
         self.status: List[str] = [s["status"] for s in record.steps]
         self.seconds: List[Optional[float]] = [None] * len(self.titles)
         self.state = "running"  # running | failed | finished | undoing | undone | error
@@ -69,11 +75,39 @@ class RunScreen(WizardScreen):
             yield Static("", id="run-diagnosis")
         yield Static("", id="run-message")
         with Horizontal(classes="buttons", id="run-buttons"):
-            yield Button("Retry (r)", id="retry", compact=True, variant="primary")
-            yield Button("Skip (s)", id="skip", compact=True)
-            yield Button("Undo (u)", id="undo", compact=True, variant="warning")
-            yield Button("Quit (q)", id="quit", compact=True)
-            yield Button("Continue (n)", id="continue", compact=True, variant="primary")
+            yield Button(_(BUTTONS["retry"]), id="retry", compact=True, variant="primary")
+            yield Button(_(BUTTONS["skip"]), id="skip", compact=True)
+            yield Button(_(BUTTONS["undo"]), id="undo", compact=True, variant="warning")
+            yield Button(_(BUTTONS["quit"]), id="quit", compact=True)
+            yield Button(_(BUTTONS["continue"]), id="continue", compact=True, variant="primary")
+
+    def step_titles(self) -> List[str]:
+        """The record's steps by title, in the chosen language when the plan has them."""
+        steps = self.record.steps
+        if len(self.plan.steps) == len(steps) and all(
+                p.id == s["id"] for p, s in zip(self.plan.steps, steps)):
+            return [field(p, "title") for p in self.plan.steps]
+        return [s["title"] for s in steps]
+
+    async def refresh_language(self) -> None:
+        """Labels in the other language; the log, the state and the run go on untouched."""
+        translate_bindings(self)
+        self.sub_title = _(self.SUB_TITLE)
+        self.shown_language = self.app_language()
+        self.titles = self.step_titles()
+        for bid, label in BUTTONS.items():
+            self.query_one(f"#{bid}", Button).label = _(label)
+        self.query_one("#run-steps", Static).update(self.steps_text())
+        if self.state == "failed" and self.failed_index is not None:
+            self.query_one("#run-diagnosis", Static).update(self.diagnosis_text())
+        self.update_elapsed()
+        self.refresh_bindings()
+
+    @staticmethod
+    def app_language() -> str:
+        from hpcwizard.i18n import get_language
+
+        return get_language()
 
     def on_mount(self) -> None:
         self.update_elapsed()
@@ -92,14 +126,15 @@ class RunScreen(WizardScreen):
             text.append(f"{i + 1}/{total} {title}", style="bold" if self.status[i] in (
                 "running", "undoing", "failed") else "")
             if word:
-                text.append(f"  {word}", style=style)
+                text.append(f"  {_(word)}", style=style)
             text.append("\n")
         text.rstrip()
         return text
 
     def update_elapsed(self) -> None:
         end = self.ended if self.ended is not None else self.app.clock()
-        self.query_one("#run-elapsed", Static).update(f"elapsed {_clock(end - self.started)}")
+        self.query_one("#run-elapsed", Static).update(
+            _("elapsed {time}").format(time=_clock(end - self.started)))
 
     def update_controls(self) -> None:
         failed = self.state == "failed"
@@ -145,18 +180,21 @@ class RunScreen(WizardScreen):
                 pending = []
             if isinstance(ev, StepStarted):
                 self.status[ev.index] = "undoing" if ev.undo else "running"
-                verb = "undo" if ev.undo else "step"
-                log.write_line(f"── {verb} {ev.index + 1}/{total}: {ev.title}")
+                verb = _("undo") if ev.undo else _("step")
+                title = self.titles[ev.index] if ev.index < len(self.titles) else ev.title
+                log.write_line(f"── {verb} {ev.index + 1}/{total}: {title}")
                 self._scroll_to(ev.index)
             elif isinstance(ev, StepFinished):
                 self.status[ev.index] = ev.status
                 self.seconds[ev.index] = ev.seconds
-                log.write_line(f"   {ev.status} (exit {ev.exit_code})")
+                log.write_line("   " + _("{status} (exit {code})").format(
+                    status=status_word(ev.status), code=ev.exit_code))
                 if ev.status == "failed":
                     self.failed_index = ev.index
                     self.diagnoses = tuple(ev.diagnoses)
             elif isinstance(ev, RunFinished):
-                log.write_line(f"── {ev.status}; record: {ev.record}")
+                log.write_line("── " + _("{status}; record: {path}").format(
+                    status=status_word(ev.status), path=ev.record))
         if pending:
             log.write_lines(pending)
         self.query_one("#run-steps", Static).update(self.steps_text())
@@ -177,35 +215,36 @@ class RunScreen(WizardScreen):
             self.query_one("#run-diagnosis", Static).update(Text(error, style="bold red"))
         elif action == "undo":
             self.state = "undone"
-            message.update(Text("Undone: the changes were taken back, newest first."
-                                if status == "undone" else f"Undo ended: {status}.",
+            message.update(Text(_("Undone: the changes were taken back, newest first.")
+                                if status == "undone" else
+                                _("Undo ended: {status}.").format(status=status_word(status)),
                                 style="bold green" if status == "undone" else "bold red"))
         elif status == "done":
             self.state = "finished"
-            message.update(Text("All steps finished.", style="bold green"))
+            message.update(Text(_("All steps finished."), style="bold green"))
         elif status == "failed":
             self.state = "failed"
             self.query_one("#run-diagnosis", Static).update(self.diagnosis_text())
         else:  # interrupted
             self.state = "failed"
             self.query_one("#run-diagnosis", Static).update(Text(
-                "Stopped. Retry runs the step again; Undo takes back what was done.",
+                _("Stopped. Retry runs the step again; Undo takes back what was done."),
                 style="bold yellow"))
         self.update_controls()
 
     def diagnosis_text(self) -> Text:
         text = Text()
         i = self.failed_index
-        title = self.titles[i] if i is not None else "a step"
-        text.append(f"✗ {title} failed.\n", style="bold red")
+        title = self.titles[i] if i is not None else _("a step")
+        text.append(_("✗ {title} failed.").format(title=title) + "\n", style="bold red")
         for d in self.diagnoses:
-            text.append("cause: ", style="bold")
-            text.append(f"{d.cause}\n")
-            text.append("fix:   ", style="bold")
-            text.append(f"{d.fix}\n")
+            text.append(_("cause: "), style="bold")
+            text.append(f"{field(d, 'cause')}\n")
+            text.append(_("fix:   "), style="bold")
+            text.append(f"{field(d, 'fix')}\n")
         if not self.diagnoses:
-            text.append("No known cause: the step's output is in the log above; the full log "
-                        f"is {self.record.log_path}\n")
+            text.append(_("No known cause: the step's output is in the log above; the full log "
+                          "is {path}").format(path=self.record.log_path) + "\n")
         text.rstrip()
         return text
 

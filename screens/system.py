@@ -11,20 +11,22 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, LoadingIndicator, Static
 
+from hpcwizard.i18n import N_, _, ljust
+
 from .widgets import WizardScreen
 
 SUDO = {
-    "root": ("root: can change the system", "green"),
-    "nopasswd": ("sudo without a password", "green"),
-    "password": ("sudo with a password (asked once, before the run)", "yellow"),
-    "none": ("no sudo: cannot change the system", "red"),
-    "unknown": ("sudo: unknown", "yellow"),
+    "root": (N_("root: can change the system"), "green"),
+    "nopasswd": (N_("sudo without a password"), "green"),
+    "password": (N_("sudo with a password (asked once, before the run)"), "yellow"),
+    "none": (N_("no sudo: cannot change the system"), "red"),
+    "unknown": (N_("sudo: unknown"), "yellow"),
 }
 
 
 def _mem(mib: Optional[int]) -> str:
     if mib is None:
-        return "memory unknown"
+        return _("memory unknown")
     return f"{mib / 1024:.1f} GiB" if mib >= 1024 else f"{mib} MiB"
 
 
@@ -34,19 +36,23 @@ def facts_table(facts: Any) -> Table:
     t = Table.grid(padding=(0, 1), expand=True)
     t.add_column(style="bold", no_wrap=True, width=10)
     t.add_column(ratio=1)
-    os_text = Text(o.pretty_name or o.id or "unknown")
-    os_text.append(f"  {o.family}, " + (o.package_manager or "no package manager"), style="dim")
-    t.add_row("OS", os_text)
+    os_text = Text(o.pretty_name or o.id or _("unknown"))
+    os_text.append(f"  {o.family}, " + (o.package_manager or _("no package manager")),
+                   style="dim")
+    t.add_row(_("OS"), os_text)
     sudo, colour = SUDO.get(u.sudo, (u.sudo, "yellow"))
     user = Text(f"{u.name} (uid {u.uid})  ")
-    user.append(sudo, style=colour)
-    t.add_row("User", user)
+    user.append(_(sudo), style=colour)
+    t.add_row(_("User"), user)
     container = Text(r.container)
-    container.append(f"  PID 1 {r.pid1 or 'unknown'}" + ("  Jupyter" if r.jupyter else ""),
+    container.append(f"  PID 1 {r.pid1 or _('unknown')}" + ("  Jupyter" if r.jupyter else ""),
                      style="dim")
-    t.add_row("Container", container)
-    t.add_row("Machine", f"{facts.cpus if facts.cpus is not None else '?'} CPUs, "
-                         f"{_mem(facts.memory_mib)}" + (f", host {facts.hostname}" if facts.hostname else ""))
+    t.add_row(_("Container"), container)
+    machine = _("{cpus} CPUs, {memory}").format(
+        cpus=facts.cpus if facts.cpus is not None else "?", memory=_mem(facts.memory_mib))
+    if facts.hostname:
+        machine = _("{machine}, host {host}").format(machine=machine, host=facts.hostname)
+    t.add_row(_("Machine"), machine)
     if facts.gpus:
         names: List[str] = []
         for g in facts.gpus:
@@ -54,38 +60,39 @@ def facts_table(facts: Any) -> Table:
                 names.append(g.name)
         g0 = facts.gpus[0]
         extra = ", ".join(x for x in (_mem(g0.memory_mib) if g0.memory_mib else "",
-                                      f"driver {g0.driver}" if g0.driver else "",
+                                      _("driver {version}").format(version=g0.driver)
+                                      if g0.driver else "",
                                       f"CUDA {g0.cuda}" if g0.cuda else "") if x)
         gpu = Text(f"{len(facts.gpus)} × {', '.join(names)}")
         if extra:
             gpu.append(f"  {extra}", style="dim")
         t.add_row("GPUs", gpu)
     else:
-        t.add_row("GPUs", Text("none", style="dim"))
+        t.add_row("GPUs", Text(_("none"), style="dim"))
     if facts.hcas:
         ports = Text()
         for h in facts.hcas:
             if not h.ports:
-                ports.append(f"{h.name}: no ports\n", style="dim")
+                ports.append(_("{hca}: no ports").format(hca=h.name) + "\n", style="dim")
             for p in h.ports:
                 state_style = "green" if p.active and not h.software else "red"
                 ports.append(f"{p.name:<9} ")
                 ports.append(f"{p.state:<7}", style=state_style)
-                rate = "rate ?" if p.rate_gbps is None else f"{p.rate_gbps:g} Gb/s"
-                ports.append(f" {rate:<9} {p.link_layer}")
+                rate = _("rate ?") if p.rate_gbps is None else f"{p.rate_gbps:g} Gb/s"
+                ports.append(f" {ljust(rate, 9)} {p.link_layer}")
                 if h.software:
-                    ports.append("  software (no speed-up)", style="yellow")
+                    ports.append("  " + _("software (no speed-up)"), style="yellow")
                 ports.append("\n")
         ports.rstrip()
         t.add_row("RDMA", ports)
     else:
-        t.add_row("RDMA", Text("no RDMA devices", style="dim"))
-    memlock = "unlimited" if rd.memlock_unlimited else (
-        f"{rd.memlock_kib} KiB" if rd.memlock_kib is not None else "unknown")
+        t.add_row("RDMA", Text(_("no RDMA devices"), style="dim"))
+    memlock = _("unlimited") if rd.memlock_unlimited else (
+        f"{rd.memlock_kib} KiB" if rd.memlock_kib is not None else _("unknown"))
     if facts.hcas:
-        t.add_row("", Text(f"uverbs: {', '.join(rd.uverbs) or 'none'}  memlock: {memlock}",
+        t.add_row("", Text(f"uverbs: {', '.join(rd.uverbs) or _('none')}  memlock: {memlock}",
                            style="dim"))
-    t.add_row("Installed", installed_text(facts))
+    t.add_row(_("Installed"), installed_text(facts))
     return t
 
 
@@ -97,7 +104,7 @@ def installed_text(facts: Any) -> Text:
         text.append(f"{name} ", style="bold" if value else "dim")
         text.append(f"{value or '—'}  ", style="" if value else "dim")
 
-    item("sshd", "yes" if s.sshd_path else "")
+    item("sshd", _("yes") if s.sshd_path else "")
     mpi = {"openmpi": "Open MPI", "mpich": "MPICH", "intelmpi": "Intel MPI"}.get(
         s.mpi_flavour, s.mpi_flavour)
     item("MPI", f"{mpi} {s.mpi_version}".strip() + (" +UCX" if s.ompi_has_ucx else ""))
@@ -129,20 +136,29 @@ class SystemScreen(WizardScreen):
         Binding("enter,n", "next", "Next", priority=False),
         Binding("q", "app.quit", "Quit"),
     ]
+    SUB_TITLE = N_("1/6 System")
 
     def __init__(self) -> None:
         super().__init__()
-        self.sub_title = "1/6 System"
         self.ready = False
+        self.error = ""
 
     def compose_body(self) -> ComposeResult:
         with VerticalScroll(id="system-body", classes="body"):
-            yield Static("Detecting this machine (a few seconds)…", id="system-status")
+            yield Static(_("Detecting this machine (a few seconds)…"), id="system-status")
             yield LoadingIndicator(id="system-loading")
             yield Static("", id="system-facts")
             yield Static("", id="system-warnings")
         with Horizontal(classes="buttons"):
-            yield Button("Next ⏎", id="next", variant="primary", disabled=True, compact=True)
+            yield Button(_("Next ⏎"), id="next", variant="primary", disabled=True, compact=True)
+
+    def after_language(self) -> None:
+        facts = getattr(self.app, "facts", None)
+        if self.ready and facts is not None:
+            self.show_facts(facts)
+        elif self.error:
+            self.show_error(self.error)
+        super().after_language()
 
     def on_mount(self) -> None:
         facts = getattr(self.app, "facts", None)
@@ -153,7 +169,7 @@ class SystemScreen(WizardScreen):
         self.ready = True
         self.query_one("#system-loading").display = False
         self.query_one("#system-status", Static).update(
-            Text("This machine, as detected. Nothing has been changed.", style="bold"))
+            Text(_("This machine, as detected. Nothing has been changed."), style="bold"))
         self.query_one("#system-facts", Static).update(facts_table(facts))
         self.query_one("#system-warnings", Static).update(warnings_text(facts))
         button = self.query_one("#next", Button)
@@ -162,9 +178,10 @@ class SystemScreen(WizardScreen):
         self.refresh_bindings()
 
     def show_error(self, error: str) -> None:
+        self.error = error
         self.query_one("#system-loading").display = False
         self.query_one("#system-status", Static).update(
-            Text(f"Detection failed: {error}", style="bold red"))
+            Text(_("Detection failed: {error}").format(error=error), style="bold red"))
 
     def check_action(self, action: str, parameters: tuple) -> Optional[bool]:
         if action == "next":

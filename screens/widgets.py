@@ -2,6 +2,7 @@
 a yes/no question, and the export panel (Review and Done)."""
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
@@ -14,20 +15,62 @@ from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer, Header, Input, Label, RadioButton, RadioSet, Static
 
-FORMAT_LABELS = {"setup": "Setup script", "dockerfile": "Dockerfile", "launch": "Launch script"}
+from hpcwizard.i18n import N_, _, get_language, width
+
+FORMAT_LABELS = {"setup": N_("Setup script"), "dockerfile": N_("Dockerfile"),
+                 "launch": N_("Launch script")}
+# Keys Textual's own classes bind (shown in the `?` help): translated like ours
+TEXTUAL_KEYS = (N_("Focus Next"), N_("Focus Previous"), N_("Copy selected text"))
+WROTE = {"setup": N_("Wrote setup script {path}"), "dockerfile": N_("Wrote dockerfile {path}"),
+         "launch": N_("Wrote launch script {path}")}
 DEFAULT_PATHS = {"setup": "./hpcwizard-setup.sh", "dockerfile": "./Dockerfile",
                  "launch": "./hpcwizard-launch.sh"}
 
 
+def translate_bindings(node: Any) -> None:
+    """The key descriptions of node (a screen, the app) in the chosen language. The class's
+    BINDINGS keep the English msgid; the node's own copy gets the translation."""
+    english = {}
+    for cls in reversed(type(node).__mro__):
+        for b in cls.__dict__.get("BINDINGS", ()):
+            if isinstance(b, Binding):
+                english[b.action] = b.description
+    table = node._bindings.key_to_bindings
+    for key, bindings in table.items():
+        table[key] = [dataclasses.replace(b, description=_(english.get(b.action, b.description)))
+                      for b in bindings]
+
+
 class WizardScreen(Screen):
-    """A step of the wizard: header, body, footer with this screen's keys."""
+    """A step of the wizard: header, body, footer with this screen's keys. F2 (the App's
+    key) switches the language: the screen on top is drawn again at once
+    (refresh_language), the ones below when they are shown again."""
 
     BACK = True  # escape goes back one screen (every screen before Run)
+    SUB_TITLE = ""  # the msgid of the screen's title ("1/6 System")
 
     def compose(self) -> ComposeResult:
+        self.shown_language = get_language()
+        translate_bindings(self)
+        if self.SUB_TITLE:
+            self.sub_title = _(self.SUB_TITLE)
         yield Header(icon="")
         yield from self.compose_body()
         yield Footer()
+
+    async def refresh_language(self) -> None:
+        """Draw the screen again in the chosen language (screens with state they must keep
+        override this)."""
+        await self.recompose()
+        self.after_language()
+
+    def after_language(self) -> None:
+        """What on_mount does to a freshly composed screen, minus starting work again."""
+        self.refresh_bindings()
+
+    async def on_screen_resume(self) -> None:
+        if getattr(self, "shown_language", None) not in (None, get_language()):
+            await self.refresh_language()
 
     def compose_body(self) -> ComposeResult:  # pragma: no cover - every screen overrides
         yield from ()
@@ -71,16 +114,20 @@ class KeysScreen(ModalScreen[None]):
         self.keys = list(keys)
 
     def compose(self) -> ComposeResult:
+        translate_bindings(self)
         text = Text()
-        width = max((len(k) for k, _ in self.keys), default=4)
+        cells = max((width(k) for k, _what in self.keys), default=4)
         for key, what in self.keys:
-            text.append(f"  {key:<{width}}  ", style="bold")
+            text.append(f"  {key}{' ' * (cells - width(key))}  ", style="bold")
             text.append(f"{what}\n")
-        text.append("\n  tab / shift+tab move between fields; the mouse works too.", style="dim")
+        text.append("\n  " + _("tab / shift+tab move between fields; the mouse works too."),
+                    style="dim")
+        text.append("\n  " + _("F2 switches the language (English / 中文)."), style="dim")
         with Vertical(id="keys-box", classes="dialog"):
-            yield Label(f"Keys: {self.keys_title}", classes="dialog-title")
+            yield Label(_("Keys: {screen}").format(screen=self.keys_title),
+                        classes="dialog-title")
             yield Static(text, id="keys-text")
-            yield Button("Close", id="keys-close", compact=True)
+            yield Button(_("Close"), id="keys-close", compact=True)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(None)
@@ -91,17 +138,20 @@ class ConfirmScreen(ModalScreen[bool]):
 
     BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
 
-    def __init__(self, question: str, yes: str = "Yes", no: str = "No") -> None:
+    def __init__(self, question: str, yes: str = "", no: str = "") -> None:
         super().__init__()
         self.question = question
-        self.yes, self.no = yes, no
+        self.yes, self.no = yes or _("Yes"), no or _("No")
 
     def compose(self) -> ComposeResult:
+        translate_bindings(self)
         with Vertical(id="confirm-box", classes="dialog"):
             yield Static(self.question, id="confirm-question")
             with Horizontal(classes="buttons"):
-                yield Button(f"{self.yes} (y)", id="confirm-yes", variant="error", compact=True)
-                yield Button(f"{self.no} (n)", id="confirm-no", compact=True)
+                yield Button(_("{label} (y)").format(label=self.yes), id="confirm-yes",
+                             variant="error", compact=True)
+                yield Button(_("{label} (n)").format(label=self.no), id="confirm-no",
+                             compact=True)
 
     def on_mount(self) -> None:
         self.query_one("#confirm-no", Button).focus()
@@ -133,16 +183,16 @@ class ExportPanel(Vertical):
 
     def compose(self) -> ComposeResult:
         with Horizontal(classes="export-row"):
-            yield Label("Export", classes="field-label")
+            yield Label(_("Export"), classes="field-label")
             with RadioSet(id="export-format", classes="inline"):
                 for fmt in self.formats:
-                    yield RadioButton(FORMAT_LABELS.get(fmt, fmt), value=fmt == self.fmt,
+                    yield RadioButton(_(FORMAT_LABELS.get(fmt, fmt)), value=fmt == self.fmt,
                                       id=f"fmt-{fmt}")
         with Horizontal(classes="export-row"):
-            yield Label("To file", classes="field-label")
+            yield Label(_("To file"), classes="field-label")
             yield Input(DEFAULT_PATHS.get(self.fmt, f"./hpcwizard-{self.fmt}"), id="export-path",
                         compact=True)
-            yield Button("Write", id="export-write", variant="primary", compact=True)
+            yield Button(_("Write"), id="export-write", variant="primary", compact=True)
         yield Static("", id="export-result")
 
     def on_radio_set_changed(self, event: RadioSet.Changed) -> None:
@@ -175,14 +225,14 @@ class ExportPanel(Vertical):
 
         raw = self.query_one("#export-path", Input).value.strip()
         if not raw:
-            self._say("Give a file name to write to.", error=True)
+            self._say(_("Give a file name to write to."), error=True)
             return None
         out = Path(raw).expanduser()
         if out.is_dir():
-            self._say(f"{out} is a directory: give a file name", error=True)
+            self._say(_("{path} is a directory: give a file name").format(path=out), error=True)
             return None
         if not out.parent.is_dir():
-            self._say(f"directory {out.parent} does not exist", error=True)
+            self._say(_("directory {path} does not exist").format(path=out.parent), error=True)
             return None
         try:
             text = render_export(self.plan, self.fmt)
@@ -192,10 +242,11 @@ class ExportPanel(Vertical):
             self._say(str(exc), error=True)
             return None
         except (OSError, ValueError) as exc:
-            self._say(f"could not write {out}: {exc}", error=True)
+            self._say(_("could not write {path}: {error}").format(path=out, error=exc),
+                      error=True)
             return None
         full = out.resolve()
-        self._say(f"Wrote {FORMAT_LABELS.get(self.fmt, self.fmt).lower()} {full}")
+        self._say(_(WROTE.get(self.fmt, N_("Wrote {path}"))).format(path=full))
         self.post_message(self.Written(full, self.fmt))
         return full
 
@@ -210,10 +261,11 @@ class ExportScreen(ModalScreen[None]):
         self.plan = plan
 
     def compose(self) -> ComposeResult:
+        translate_bindings(self)
         with Vertical(id="export-box", classes="dialog"):
-            yield Label("Export the plan (nothing runs)", classes="dialog-title")
+            yield Label(_("Export the plan (nothing runs)"), classes="dialog-title")
             yield ExportPanel(self.plan)
-            yield Button("Close (esc)", id="export-close", compact=True)
+            yield Button(_("Close (esc)"), id="export-close", compact=True)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "export-close":

@@ -73,7 +73,8 @@ def test_plan_matrix(users, os_key, who, target):
         assert (f"\n{pm} install -y " + " ".join(pk[0].packages) + "\n") in pk[0].run
         assert pk[0].check.startswith("rpm -q ")
     # What the install added is written down, so that undo removes exactly that.
-    listed = [w for w in pk[0].run.split() if w.startswith("/var/lib/hpcwizard/packages-")]
+    listed = [w for w in pk[0].run.split() if w.startswith("/var/lib/hpcwizard/packages-")
+              and w.endswith(".list")]
     assert listed and listed[-1].endswith(".list") and listed[-1] in pk[0].undo
     assert pk[0].undo  # installed packages were known: undo removes the new ones
 
@@ -131,7 +132,7 @@ def test_unknown_installed_packages_means_no_undo():
     plan_f = dataclasses.replace(plan_f, software=dataclasses.replace(plan_f.software, packages=None))
     pk = by_id(build_plan(plan_f, make_choices(), CATALOG))["packages/install"]
     assert pk.packages == DEBIAN_PACKAGES
-    assert pk.undo == ""
+    assert "purge" not in pk.undo  # removes no package (only the step's own lists)
     assert "removes none" in pk.note
 
 
@@ -141,7 +142,7 @@ def test_everything_installed_keeps_a_satisfied_packages_step_that_needs_no_root
     f = facts("debian12", ALICE["none"], packages={p: "1" for p in DEBIAN_PACKAGES})
     plan = build_plan(f, make_choices(), CATALOG)
     (pk,) = [s for s in plan.steps if s.recipe == "packages"]
-    assert pk.satisfied and pk.undo == "" and "installed here already" in pk.note
+    assert pk.satisfied and "purge" not in pk.undo and "installed here already" in pk.note
     assert not plan.needs_root or any(s.as_ == "root" and s.recipe != "packages" for s in plan.steps)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Protocol, Sequence
@@ -18,6 +19,9 @@ from .diagnose import Diagnosis, diagnose
 from .record import Record, now
 
 CHECK_TIMEOUT = 60.0
+# The step statuses undo takes back: every step whose text may have run, partly or whole.
+# "running" is a step a killed run (SIGKILL, power loss) left: it may be partly done.
+UNDO_STATUSES = ("done", "failed", "interrupted", "undo-failed", "running")
 
 
 # --- events ---------------------------------------------------------------------------------
@@ -104,9 +108,11 @@ class ShellRunner:
 
     def run(self, as_: str, text: str, on_line: Callable[[str], None]) -> int:
         # The child's stdin is /dev/null: a command that would prompt fails instead of hanging.
+        # The step runs in a process group of its own, so that an interrupt reaches all of
+        # it (bash and what bash started, e.g. apt-get and dpkg), whatever signalled us.
         proc = subprocess.Popen(self.argv(as_, text), cwd="/", stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                env=_child_env())
+                                env=_child_env(), **_own_process_group())
         self.child = proc
         try:
             assert proc.stdout is not None
@@ -114,16 +120,36 @@ class ShellRunner:
                 on_line(raw.decode("utf-8", "replace").rstrip("\n"))
             return proc.wait()
         except BaseException:
-            # Interrupted (Ctrl-C): the child got SIGINT from the terminal too; give it a
-            # moment to finish its own cleanup (temporary files, traps), then make sure.
+            # Interrupted (Ctrl-C, SIGTERM) or the record could not be written: the step's
+            # processes get SIGINT, as from a terminal, and a moment to finish their own
+            # cleanup (temporary files, traps); then SIGTERM.
+            _signal_group(proc, signal.SIGINT)
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                proc.send_signal(signal.SIGTERM)
+                _signal_group(proc, signal.SIGTERM)
                 proc.wait()
             raise
         finally:
             self.child = None
+
+
+def _own_process_group() -> dict:
+    if sys.version_info >= (3, 11):
+        return {"process_group": 0}
+    return {"preexec_fn": os.setpgrp}  # pragma: no cover (Python < 3.11)
+
+
+def _signal_group(proc: subprocess.Popen, signum: int) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signum)
+    except OSError:  # gone already, or not ours to signal (sudo): signal the child alone
+        try:
+            proc.send_signal(signum)
+        except OSError:
+            pass
 
 
 def _current_user() -> str:
@@ -161,12 +187,16 @@ def apply_record(record: Record, runner: Runner, sink: Sink) -> str:
         sink(StepStarted(i, total, step["id"], step["title"]))
         record.log(f"\n== [{i + 1}/{total}] {step['id']}: {step['title']}")
         started = time.monotonic()
-        record.update_step(i, status="running", started=now())
+        ran = False
         try:
             if runner.check(step["as"], step["check"]):
                 record.log("already done (its check passed): skipped")
                 _finish(record, sink, i, step, "skipped", 0, started)
                 continue
+            # "running" is saved before the step's text starts: a run killed now leaves a
+            # record saying the step may be partly done, and undo takes it back.
+            record.update_step(i, status="running", started=now())
+            ran = True
             output: List[str] = []
 
             def on_line(line: str) -> None:
@@ -179,7 +209,9 @@ def apply_record(record: Record, runner: Runner, sink: Sink) -> str:
                 code = 1
                 on_line("hpcwizard: the step ran, but its check still fails")
         except KeyboardInterrupt:
-            _finish(record, sink, i, step, "interrupted", 130, started)
+            # Interrupted during its check, the step did nothing: it stays pending (undo
+            # must not take back what it never did, e.g. remove a key that was there).
+            _finish(record, sink, i, step, "interrupted" if ran else "pending", 130, started)
             record.set_status("interrupted")
             sink(RunFinished("interrupted", str(record.path)))
             return "interrupted"
@@ -209,8 +241,7 @@ def undo_record(record: Record, runner: Runner, sink: Sink) -> str:
     """Undo the done steps, newest first. Steps without undo text stay as they are (their
     note says why). Returns undone | undo-failed."""
     steps = record.steps
-    todo = [i for i in range(len(steps) - 1, -1, -1)
-            if steps[i]["status"] in ("done", "failed", "interrupted", "undo-failed")]
+    todo = [i for i in range(len(steps) - 1, -1, -1) if steps[i]["status"] in UNDO_STATUSES]
     record.log(f"\n== hpcwizard undo {now()} ({len(todo)} steps)")
     result = "undone"
     for i in todo:

@@ -151,6 +151,10 @@ def _i18n(data: dict) -> Dict[str, Dict[str, str]]:
         if isinstance(value, str) and re.match(r"^[a-z]+_(zh|en)$", key):
             base, lang = key.rsplit("_", 1)
             out.setdefault(lang, {})[base] = value
+        elif (isinstance(value, list) and all(isinstance(v, str) for v in value)
+              and re.match(r"^[a-z]+_(zh|en)$", key)):  # provides_zh = [...]: one text
+            base, lang = key.rsplit("_", 1)
+            out.setdefault(lang, {})[base] = ("、" if lang == "zh" else ", ").join(value)
     return out
 
 

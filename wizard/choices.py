@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Mapping
 
 from . import validate
+from .i18n import _
 
 FRAMEWORKS = ("mpi", "pytorch")
 NETWORKS = ("tcp", "ib")
@@ -37,6 +38,11 @@ def make_choices(**raw: Any) -> Choices:
     value. Unknown keys are ignored so that a newer record's choices still load."""
     fields = {f.name for f in dataclasses.fields(Choices)}
     values = {k: v for k, v in raw.items() if k in fields and v is not None}
+    for key, value in values.items():  # a record is a file anyone can edit: types first
+        allowed = (int, str) if key == "ssh_port" else (str,)
+        if isinstance(value, bool) or not isinstance(value, allowed):
+            raise validate.BadInput(_("choice {key} = {value!r} is not a text value").format(
+                key=key, value=value), key)
     c = Choices(**values)
     validate.choice("framework", c.framework, FRAMEWORKS)
     validate.choice("network", c.network, NETWORKS)
@@ -50,14 +56,15 @@ def make_choices(**raw: Any) -> Choices:
     ucx_url, ucx_sha = c.ucx_url, c.ucx_sha256
     if c.ucx_source == "url":
         if not ucx_url:
-            raise validate.BadInput("UCX source 'url' needs the package's address (--ucx-url)")
+            raise validate.BadInput(_("UCX source 'url' needs the package's address (--ucx-url)"))
         ucx_url = validate.url(ucx_url)
         validate.package_file_name(ucx_url)
     elif ucx_url:
-        raise validate.BadInput("a UCX URL is given but the UCX source is 'distro': choose 'url'")
+        raise validate.BadInput(_("a UCX URL is given but the UCX source is 'distro': "
+                                  "choose 'url'"))
     if ucx_sha:
         if not ucx_url:
-            raise validate.BadInput("a UCX sha256 is given without a UCX URL (--ucx-url)")
+            raise validate.BadInput(_("a UCX sha256 is given without a UCX URL (--ucx-url)"))
         ucx_sha = validate.sha256(ucx_sha)
     return dataclasses.replace(c, ssh_port=port, ucx_url=ucx_url, ucx_sha256=ucx_sha)
 

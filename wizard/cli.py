@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 from . import SUPPORTED_PYTHON, __version__
+from .i18n import _, field, set_language
 from .validate import BadInput
 
+LANGUAGES = ("en", "zh")
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
@@ -25,93 +27,110 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_choices(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("choices")
+    g = p.add_argument_group(_("choices"))
     g.add_argument("--framework", choices=("mpi", "pytorch"), required=True)
     g.add_argument("--network", choices=("tcp", "ib"), required=True)
     mode = g.add_mutually_exclusive_group()
     mode.add_argument("--preset", dest="mode", action="store_const", const="preset",
-                      help="start the job from a preset image instead of configuring here")
+                      help=_("start the job from a preset image instead of configuring here"))
     mode.add_argument("--manual", dest="mode", action="store_const", const="manual",
-                      help="configure this machine even when a preset image is recommended")
-    g.add_argument("--user", default="", help="the job's user (default: you)")
-    g.add_argument("--ssh-port", default="2222", help="SSH port between instances (default 2222)")
+                      help=_("configure this machine even when a preset image is recommended"))
+    g.add_argument("--user", default="", help=_("the job's user (default: you)"))
+    g.add_argument("--ssh-port", default="2222", help=_("SSH port between instances (default 2222)"))
     g.add_argument("--host-keys", choices=("pinned", "off"), default="pinned",
-                   help="pinned: trust only this image's host key (default); off: as the guide")
+                   help=_("pinned: trust only this image's host key (default); off: as the guide"))
     g.add_argument("--peers", default="*",
-                   help="ssh Host pattern the client settings apply to (default '*')")
+                   help=_("ssh Host pattern the client settings apply to (default '*')"))
     g.add_argument("--ucx-url", default="",
-                   help="MPI over IB: install UCX from this .deb/.rpm instead of the distribution's")
-    g.add_argument("--ucx-sha256", default="", help="the expected sha256 of the --ucx-url file")
-    g.add_argument("--sysroot", default="/", help="read facts from this root (detect/plan/export)")
+                   help=_("MPI over IB: install UCX from this .deb/.rpm instead of the distribution's"))
+    g.add_argument("--ucx-sha256", default="", help=_("the expected sha256 of the --ucx-url file"))
+    g.add_argument("--sysroot", default="/", help=_("read facts from this root (detect/plan/export)"))
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="hpcwizard", description="Prepare this container for multi-instance MPI "
-                "and PyTorch jobs. Run with no arguments in a terminal for the wizard.")
-    p.add_argument("--version", action="store_true", help="print the version and exit")
+    p = _Parser(prog="hpcwizard", description=_(
+        "Prepare this container for multi-instance MPI and PyTorch jobs. Run with no "
+        "arguments in a terminal for the wizard."))
+    p.add_argument("--version", action="store_true", help=_("print the version and exit"))
+    p.add_argument("--lang", choices=LANGUAGES, default=None,
+                   help=_("language of what hpcwizard says (default: from LANG/LC_ALL); "
+                          "commands and files are the same in every language"))
+    # --lang after the command too (hpcwizard plan --lang zh ...): every subparser knows it
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--lang", choices=LANGUAGES, default=argparse.SUPPRESS,
+                        help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
+    _add = sub.add_parser
 
-    d = sub.add_parser("detect", help="show what this machine is and has")
+    def add_parser(name: str, **kw: Any) -> argparse.ArgumentParser:
+        return _add(name, parents=[common], **kw)
+
+    sub.add_parser = add_parser  # type: ignore[method-assign]
+
+    d = sub.add_parser("detect", help=_("show what this machine is and has"))
     d.add_argument("--json", action="store_true")
     d.add_argument("--sysroot", default="/")
 
-    pl = sub.add_parser("plan", help="show every step and its exact commands; change nothing")
+    pl = sub.add_parser("plan", help=_("show every step and its exact commands; change nothing"))
     _add_choices(pl)
     pl.add_argument("--json", action="store_true")
 
-    ap = sub.add_parser("apply", help="configure this machine")
+    ap = sub.add_parser("apply", help=_("configure this machine"))
     _add_choices(ap)
-    ap.add_argument("--yes", action="store_true", help="do not ask before running")
-    ap.add_argument("--dry-run", action="store_true", help="show what would run and what is done")
-    ap.add_argument("--record", help="write the record here (default: the state directory)")
+    ap.add_argument("--yes", action="store_true", help=_("do not ask before running"))
+    ap.add_argument("--dry-run", action="store_true", help=_("show what would run and what is done"))
+    ap.add_argument("--record", help=_("write the record here (default: the state directory)"))
 
-    ex = sub.add_parser("export", help="write the plan as a file")
+    ex = sub.add_parser("export", help=_("write the plan as a file"))
     _add_choices(ex)
     ex.add_argument("--format", choices=("setup", "dockerfile", "launch"), required=True)
-    ex.add_argument("-o", "--output", help="file to write (default: standard output)")
+    ex.add_argument("-o", "--output", help=_("file to write (default: standard output)"))
 
-    u = sub.add_parser("undo", help="take back what a record says was done")
+    u = sub.add_parser("undo", help=_("take back what a record says was done"))
     u.add_argument("record")
     u.add_argument("--yes", action="store_true")
 
-    r = sub.add_parser("replay", help="apply a record's choices on this machine")
+    r = sub.add_parser("replay", help=_("apply a record's choices on this machine"))
     r.add_argument("record")
     r.add_argument("--yes", action="store_true")
 
-    v = sub.add_parser("verify", help="check SSH, names, MPI/PyTorch here and across instances")
+    v = sub.add_parser("verify", help=_("check SSH, names, MPI/PyTorch here and across instances"))
     _add_choices(v)
     vh = v.add_mutually_exclusive_group()
-    vh.add_argument("--hosts", help="the job's hosts: node1,node2 or job-worker-{0..3} or node[1-3]")
-    vh.add_argument("--hostfile", help="an OpenMPI/MPICH hostfile naming the job's hosts")
-    v.add_argument("--here", action="store_true", help="only the checks on this instance")
+    vh.add_argument("--hosts", help=_("the job's hosts: node1,node2 or job-worker-{0..3} or node[1-3]"))
+    vh.add_argument("--hostfile", help=_("an OpenMPI/MPICH hostfile naming the job's hosts"))
+    v.add_argument("--here", action="store_true", help=_("only the checks on this instance"))
     v.add_argument("--jobs", default="16", help="how many hosts to check at once (default 16)")
     v.add_argument("--json", action="store_true")
 
-    dg = sub.add_parser("diagnose", help="explain the known failures in an ssh/mpirun/UCX/NCCL log"
-                        " (exit 0: found, 1: nothing recognised, 2: unreadable)")
-    dg.add_argument("logfile", help="the log file ('-' for standard input)")
+    dg = sub.add_parser("diagnose", help=_(
+        "explain the known failures in an ssh/mpirun/UCX/NCCL log (exit 0: found, "
+        "1: nothing recognised, 2: unreadable)"))
+    dg.add_argument("logfile", help=_("the log file ('-' for standard input)"))
     dg.add_argument("--json", action="store_true")
     return p
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    set_language(_lang_option(argv))  # before any message, the parser's help included
     try:
-        if not argv:
-            return _start_tui()
+        if not [a for i, a in enumerate(argv) if not (
+                a == "--lang" or a.startswith("--lang=") or (i and argv[i - 1] == "--lang"))]:
+            return _start_tui()  # no arguments (but --lang): the wizard
         args = build_parser().parse_args(argv)
         if args.version:
             print(f"hpcwizard {__version__} (Python {sys.version.split()[0]}; "
                   f"supports Python {SUPPORTED_PYTHON})")
             return EXIT_OK
         if not args.command:
-            raise BadInput("no command given: try 'hpcwizard --help'")
+            raise BadInput(_("no command given: try 'hpcwizard --help'"))
         return COMMANDS[args.command](args)
     except BadInput as exc:
-        print(f"hpcwizard: {exc}", file=sys.stderr)
+        print(_("hpcwizard: {error}").format(error=exc), file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        print("hpcwizard: interrupted", file=sys.stderr)
+        print(_("hpcwizard: interrupted"), file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         # The reader left (`hpcwizard plan | head`): not an error of ours. Point stdout at
@@ -120,10 +139,23 @@ def main(argv: Optional[List[str]] = None) -> int:
         return EXIT_OK
 
 
+def _lang_option(argv: List[str]) -> Optional[str]:
+    """--lang VALUE or --lang=VALUE anywhere in argv (the last wins); None: the environment."""
+    lang = None
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg == "--lang" and i + 1 < len(argv):
+            lang = argv[i + 1]
+        elif arg.startswith("--lang="):
+            lang = arg.split("=", 1)[1]
+    return lang if lang in LANGUAGES else None
+
+
 def _start_tui() -> int:
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        raise BadInput("no terminal: run 'hpcwizard' in a terminal for the wizard, or use the "
-                       "commands (hpcwizard --help)")
+        raise BadInput(_("no terminal: run 'hpcwizard' in a terminal for the wizard, or use "
+                         "the commands (hpcwizard --help)"))
     from .screens.app import run_tui  # lazy: the core never imports textual
 
     return run_tui()
@@ -135,7 +167,7 @@ def _facts(sysroot: str) -> Any:
     from .detect import detect
 
     if not Path(sysroot).is_dir():
-        raise BadInput(f"sysroot {sysroot!r} is not a directory")
+        raise BadInput(_("sysroot {path!r} is not a directory").format(path=sysroot))
     return detect(sysroot=sysroot)
 
 
@@ -149,12 +181,22 @@ def _choices(args: argparse.Namespace) -> Any:
 
 
 def _plan(args: argparse.Namespace, choices: Any = None) -> "tuple[Any, Any]":
-    from .catalog import load_catalog
     from .plan import build_plan
 
     choices = choices or _choices(args)  # validate before detecting: bad input costs nothing
     facts = _facts(getattr(args, "sysroot", "/"))
-    return facts, build_plan(facts, choices, load_catalog())
+    return facts, build_plan(facts, choices, _catalog())
+
+
+def _catalog() -> Any:
+    """The recipes; a broken one (an edited installation) is one line, not a traceback."""
+    from .catalog import RecipeError, load_catalog
+
+    try:
+        return load_catalog()
+    except RecipeError as exc:
+        raise BadInput(_("the recipes installed with hpcwizard are broken: {error}").format(
+            error=exc)) from None
 
 
 # --- commands -------------------------------------------------------------------------------
@@ -173,7 +215,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     from .report import format_plan
 
-    _, plan = _plan(args)
+    _facts_here, plan = _plan(args)
     if args.json:
         print(json.dumps(plan.to_dict(), indent=2, ensure_ascii=False))
     else:
@@ -185,9 +227,9 @@ def _confirm(question: str, yes: bool) -> None:
     if yes:
         return
     if not sys.stdin.isatty():
-        raise BadInput("not a terminal, so nothing can be confirmed: add --yes to run")
-    answer = input(f"{question} [y/N] ").strip().lower()
-    if answer not in ("y", "yes"):
+        raise BadInput(_("not a terminal, so nothing can be confirmed: add --yes to run"))
+    answer = input(_("{question} [y/N] ").format(question=question)).strip().lower()
+    if answer not in ("y", "yes", _("y"), _("yes")):
         raise KeyboardInterrupt
 
 
@@ -197,7 +239,7 @@ def _sudo_once(plan: Any, facts: Any) -> None:
 
     if plan.needs_root and facts.user.sudo == "password":
         if subprocess.run(["sudo", "-v"]).returncode != 0:
-            raise BadInput("sudo did not accept the password: nothing was changed")
+            raise BadInput(_("sudo did not accept the password: nothing was changed"))
 
 
 def _terminate_as_interrupt() -> None:
@@ -218,27 +260,43 @@ def _run_plan(plan: Any, facts: Any, record_path: Optional[str], yes: bool, dry_
     if mode == "preset" or (mode == "auto" and plan.recommendation.path == "preset"):
         print(format_recommendation(plan))
         if mode == "auto":
-            print("Nothing was changed. To configure this machine anyway: add --manual.")
+            print(_("Nothing was changed. To configure this machine anyway: add --manual."))
         return EXIT_FAILED if mode == "auto" else EXIT_OK
     if dry_run:
         print(format_dry_run(plan, [runner.check(s.as_, s.check) for s in plan.steps]))
         return EXIT_OK
     print(format_plan(plan, brief=True))
-    _confirm(f"Run these {len(plan.steps)} steps?", yes)
+    _confirm(_("Run these {n} steps?").format(n=len(plan.steps)), yes)
     _sudo_once(plan, facts)
-    record = Record.new(plan, facts, Path(record_path) if record_path else None)
-    record.save()
-    _terminate_as_interrupt()
     from .lock import run_lock
 
-    with run_lock():
-        status = apply_record(record, runner, ConsoleSink())
+    # The lock first: a second hpcwizard stops here, having written nothing.
+    with run_lock(machine=plan.needs_root):
+        record = Record.new(plan, facts, Path(record_path) if record_path else None)
+        try:
+            record.save()
+            _terminate_as_interrupt()
+            status = apply_record(record, runner, ConsoleSink(
+                titles=[field(s, "title") for s in plan.steps]))
+        except OSError as exc:
+            return _record_failed(record, exc)
     return {"done": EXIT_OK, "interrupted": EXIT_INTERRUPTED}.get(status, EXIT_FAILED)
+
+
+def _record_failed(record: Any, exc: OSError) -> int:
+    """The record (or the log) could not be written, e.g. a full disk: one line, exit 1.
+    The record on disk is the last one written whole (writes are atomic), and no further
+    step ran."""
+    where = getattr(exc, "filename", None) or record.path
+    print(f"hpcwizard: cannot write {where}: {exc.strerror or exc}; stopped before the next "
+          f"step. The record {record.path} and the log {record.log_path} hold what was done "
+          "up to the last write.", file=sys.stderr)
+    return EXIT_FAILED
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
     if args.sysroot != "/":
-        raise BadInput("apply changes this machine: --sysroot is for detect, plan and export")
+        raise BadInput(_("apply changes this machine: --sysroot is for detect, plan and export"))
     facts, plan = _plan(args)
     return _run_plan(plan, facts, args.record, args.yes, args.dry_run)
 
@@ -247,26 +305,26 @@ def cmd_export(args: argparse.Namespace) -> int:
     from .export import render_export
     from .record import write_private
 
-    _, plan = _plan(args)
+    _facts_here, plan = _plan(args)
     text = render_export(plan, args.format)
     if not args.output:
         sys.stdout.write(text)
         return EXIT_OK
     out = Path(args.output)
     if out.is_dir():
-        raise BadInput(f"{out} is a directory: give a file name")
+        raise BadInput(_("{path} is a directory: give a file name").format(path=out))
     if not out.parent.is_dir():
-        raise BadInput(f"directory {out.parent} does not exist")
+        raise BadInput(_("directory {path} does not exist").format(path=out.parent))
     write_private(out, text.encode("utf-8"))
     os.chmod(out, 0o700)
-    print(f"wrote {out}")
+    print(_("wrote {path}").format(path=out))
     if args.format == "dockerfile":  # its build context: the setup script beside it
         from .dockerfile import companion_files
 
         for name, body in companion_files(plan).items():
             write_private(out.parent / name, body.encode("utf-8"))
             os.chmod(out.parent / name, 0o700)
-            print(f"wrote {out.parent / name}")
+            print(_("wrote {path}").format(path=out.parent / name))
     return EXIT_OK
 
 
@@ -277,19 +335,23 @@ def cmd_undo(args: argparse.Namespace) -> int:
     from .report import ConsoleSink
 
     record = Record.load(Path(args.record))
-    done = [s for s in record.steps if s["status"] in ("done", "failed", "interrupted", "undo-failed")]
+    from .apply import UNDO_STATUSES
+
+    done = [s for s in record.steps if s["status"] in UNDO_STATUSES]
     if not done:
-        print(f"{args.record}: nothing to undo (no step was done)")
+        print(_("{record}: nothing to undo (no step was done)").format(record=args.record))
         return EXIT_OK
-    _confirm(f"Undo {len(done)} steps of {args.record}?", args.yes)
+    _confirm(_("Undo {n} steps of {record}?").format(n=len(done), record=args.record), args.yes)
     _terminate_as_interrupt()
-    with run_lock():
-        status = undo_record(record, ShellRunner(record.data["target"]["user"]), ConsoleSink())
+    with run_lock(machine=any(s["as"] == "root" for s in done)):
+        try:
+            status = undo_record(record, ShellRunner(record.data["target"]["user"]), ConsoleSink())
+        except OSError as exc:
+            return _record_failed(record, exc)
     return {"undone": EXIT_OK, "interrupted": EXIT_INTERRUPTED}.get(status, EXIT_FAILED)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from .catalog import load_catalog
     from .choices import choices_from_mapping
     from .plan import build_plan
     from .record import Record
@@ -297,7 +359,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     record = Record.load(Path(args.record))
     choices = choices_from_mapping(record.data["choices"])
     facts = _facts("/")
-    plan = build_plan(facts, choices, load_catalog())
+    plan = build_plan(facts, choices, _catalog())
     return _run_plan(plan, facts, None, args.yes, False)
 
 
@@ -307,7 +369,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from .verify import verify
 
     if args.sysroot != "/":
-        raise BadInput("verify checks this machine: --sysroot is for detect, plan and export")
+        raise BadInput(_("verify checks this machine: --sysroot is for detect, plan and export"))
     choices = _choices(args)
     hosts = None
     if not args.here:
@@ -320,7 +382,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     facts, plan = _plan(args, choices)
     jobs = args.jobs.strip()
     if not jobs.isdigit() or not 1 <= int(jobs) <= 256:
-        raise BadInput(f"--jobs {args.jobs!r} is not a number from 1 to 256")
+        raise BadInput(_("--jobs {value!r} is not a number from 1 to 256").format(
+            value=args.jobs))
     report = verify(plan, facts, hosts, max_workers=int(jobs))
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
@@ -339,7 +402,8 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         else:
             text = Path(args.logfile).read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
-        raise BadInput(f"cannot read {args.logfile}: {exc.strerror or exc}") from None
+        raise BadInput(_("cannot read {path}: {error}").format(
+            path=args.logfile, error=exc.strerror or exc)) from None
     found = diagnose(text.splitlines())
     if args.json:
         print(json.dumps([{"id": d.id, "line": d.line, "cause": d.cause, "fix": d.fix,
@@ -347,10 +411,12 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
                            "fix_zh": d.i18n.get("zh", {}).get("fix", "")} for d in found],
                          indent=2, ensure_ascii=False))
     elif not found:
-        print(f"{args.logfile}: no known failure recognised")
+        print(_("{path}: no known failure recognised").format(path=args.logfile))
     else:
         for d in found:
-            print(f"[{d.id}] {d.line}\n  cause: {d.cause}\n  fix:   {d.fix}")
+            print(f"[{d.id}] {d.line}")
+            print(_("  cause: {cause}").format(cause=field(d, "cause")))
+            print(_("  fix:   {fix}").format(fix=field(d, "fix")))
     return EXIT_OK if found else EXIT_FAILED
 
 

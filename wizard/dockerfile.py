@@ -27,6 +27,7 @@ from . import __version__
 from .compat import tomllib
 from .facts import OsInfo
 from .plan import Plan, install_step, package_manager
+from .i18n import _, comment
 from .validate import BadInput
 
 SETUP_NAME = "hpcwizard-setup.sh"
@@ -43,8 +44,9 @@ def base_image(os_info: OsInfo) -> str:
     template = base_images().get(os_info.id.lower(), "")
     version = os_info.version_id
     if not template or not re.match(r"^[0-9][0-9A-Za-z.]*$", version or ""):
-        raise BadInput(f"no base image is known for {os_info.pretty_name or os_info.id} "
-                       f"{version}: use --preset, or add it to [base_images] in presets.toml")
+        raise BadInput(_("no base image is known for {os} {version}: use --preset, or add it "
+                         "to [base_images] in presets.toml").format(
+            os=os_info.pretty_name or os_info.id, version=version))
     return template.format(version=version, major=version.split(".")[0])
 
 
@@ -77,11 +79,12 @@ def image_setup_script(plan: Plan) -> str:
     from .export import setup_script
 
     text = setup_script(image_plan(plan))
-    head, _, rest = text.partition("\n")
+    head, _sep, rest = text.partition("\n")
     return "\n".join([
         head,
-        "# For a Docker image: every package the recipes want is installed (none from the",
-        "# planning machine is assumed), and sshd is not started here: the image's CMD starts it.",
+        comment(_("For a Docker image: every package the recipes want is installed (none from "
+                  "the\nplanning machine is assumed), and sshd is not started here: the image's "
+                  "CMD starts it.")),
         rest,
     ])
 
@@ -97,23 +100,30 @@ def dockerfile(plan: Plan) -> str:
     image = plan.recommendation.preset.image if preset else base_image(plan.os)  # type: ignore[union-attr]
     sshd = any(s.recipe == "ssh" for s in plan.steps)
     out = [
-        f"# Written by hpcwizard {__version__}: {c.framework} over {c.network}, job user {t.user}"
-        + (f", SSH port {c.ssh_port}" if sshd else "") + ".",
-        f"# Planned on {plan.os_label or 'an unknown OS'}"
-        + (" for the preset image the recommendation names." if preset else "."),
-        f"# The build context needs {SETUP_NAME} beside this file; both are written by",
+        comment((_("Written by hpcwizard {version}: {framework} over {network}, job user "
+                   "{user}, SSH port {port}.") if sshd else
+                 _("Written by hpcwizard {version}: {framework} over {network}, job user "
+                   "{user}.")).format(version=__version__, framework=c.framework,
+                                      network=c.network, user=t.user, port=c.ssh_port)),
+        comment((_("Planned on {os} for the preset image the recommendation names.") if preset
+                 else _("Planned on {os}.")).format(os=plan.os_label or _("an unknown OS"))),
+        comment(_("The build context needs {file} beside this file; both are written by")
+                .format(file=SETUP_NAME)),
         f"#   hpcwizard export --format dockerfile --framework {c.framework} --network {c.network}"
         " -o DIR/Dockerfile",
-        "# then: docker build -t my-job DIR",
+        comment(_("then: docker build -t my-job DIR")),
         f"FROM {image}",
     ]
     if preset:
-        out.append("# The preset provides the packages; the setup script configures the rest.")
+        out.append(comment(_("The preset provides the packages; the setup script configures "
+                             "the rest.")))
     if not t.is_root:
         if not re.match(r"^[a-z_][a-z0-9_.-]{0,31}$", t.user) or not re.match(r"^/[A-Za-z0-9._/-]*$", t.home):
-            raise BadInput(f"user {t.user!r} or home {t.home!r} cannot go into a Dockerfile")
+            raise BadInput(_("user {user!r} or home {home!r} cannot go into a Dockerfile").format(
+                user=t.user, home=t.home))
         out += [
-            f"# The job's user, {t.user}, with the uid it has on the planning machine when free.",
+            comment(_("The job's user, {user}, with the uid it has on the planning machine when "
+                      "free.").format(user=t.user)),
             f"RUN if ! id -u {t.user} >/dev/null 2>&1; then \\",
             f"      if getent passwd {t.uid} >/dev/null; then useradd -l -m -d {t.home} -s /bin/bash {t.user}; \\",
             f"      else useradd -l -m -d {t.home} -u {t.uid} -s /bin/bash {t.user}; fi; \\",
@@ -130,12 +140,14 @@ def dockerfile(plan: Plan) -> str:
         out.append(f"EXPOSE {c.ssh_port}")
         if t.is_root:
             cmd = ["/bin/sh", "-c", "install -d -m 0755 /run/sshd && exec /usr/sbin/sshd -D -e"]
-            out.append("# sshd in the foreground, as root, with the port of /etc/ssh/sshd_config.d.")
+            out.append(comment(_("sshd in the foreground, as root, with the port of "
+                                 "/etc/ssh/sshd_config.d.")))
         else:
             cmd = ["/usr/sbin/sshd", "-D", "-e", "-f", f"{t.home}/.sshd_config"]
-            out.append(f"# {t.user}'s own sshd in the foreground (it can log in only {t.user}).")
+            out.append(comment(_("{user}'s own sshd in the foreground (it can log in only "
+                                 "{user}).").format(user=t.user)))
         out.append("CMD " + json.dumps(cmd))
     else:
-        out.append("# No SSH server: torchrun is started on every instance and meets the others "
-                   "over TCP.")
+        out.append(comment(_("No SSH server: torchrun is started on every instance and meets the "
+                             "others over TCP.")))
     return "\n".join(out) + "\n"

@@ -7,6 +7,7 @@ import shlex
 from typing import List
 
 from . import __version__
+from .i18n import _, comment, field
 from .plan import Plan
 
 _DELIM = "HPCWIZARD_STEP"
@@ -59,22 +60,23 @@ def setup_script(plan: Plan) -> str:
     c = plan.choices
     out = [
         "#!/usr/bin/env bash",
-        f"# Written by hpcwizard {__version__}: the same steps as 'hpcwizard apply', as one script.",
+        comment(_("Written by hpcwizard {version}: the same steps as 'hpcwizard apply', as one "
+                  "script.").format(version=__version__)),
         f"# framework={c.framework} network={c.network} user={plan.target.user} "
         f"ssh_port={c.ssh_port} host_keys={c.host_keys} peers={c.peers}",
-        f"# planned on: {plan.os_label}",
-        "# Run as root, or as a user with passwordless sudo.",
-        "#   bash setup.sh          apply (steps already done are skipped)",
-        "#   bash setup.sh --undo   take every step back, newest first",
+        comment(_("planned on: {os}").format(os=plan.os_label)),
+        comment(_("Run as root, or as a user with passwordless sudo.")),
+        comment(_("  bash setup.sh          apply (steps already done are skipped)")),
+        comment(_("  bash setup.sh --undo   take every step back, newest first")),
     ]
     if c.host_keys == "off":
-        out.append("# WARNING: host keys are not checked (--host-keys off).")
+        out.append(comment(_("WARNING: host keys are not checked (--host-keys off).")))
     out.append(_PRELUDE.replace("__TARGET__", shlex.quote(plan.target.user)))
     calls, undos = [], []
     for n, step in enumerate(plan.steps, 1):
-        out.append(f"# [{n}] {step.id}: {step.title}")
+        out.append(comment(f"[{n}] {step.id}: {field(step, 'title')}"))
         if step.note:
-            out.append(f"# {step.note}")
+            out.append(comment(field(step, "note")))
         out += _text(f"S{n}_CHECK", step.check)
         out += _text(f"S{n}_RUN", step.run)
         out += _text(f"S{n}_UNDO", step.undo) if step.undo else [f"S{n}_UNDO=''"]
@@ -116,5 +118,6 @@ def render_export(plan: Plan, fmt: str) -> str:
     formats = export_formats()
     if fmt not in formats:
         from .validate import BadInput
-        raise BadInput(f"export format {fmt!r} is not one of: {', '.join(formats)}")
+        raise BadInput(_("export format {format!r} is not one of: {formats}").format(
+            format=fmt, formats=", ".join(formats)))
     return formats[fmt](plan)  # type: ignore[operator]

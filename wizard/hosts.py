@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from .i18n import _
 from .validate import BadInput, host_name
 
 HOSTFILE_VARS = ("OMPI_MCA_orte_default_hostfile", "OMPI_MCA_prte_default_hostfile",
@@ -56,9 +57,11 @@ def expand_pattern(text: str) -> List[str]:
     lo_s, hi_s = m.group(1), m.group(2)
     lo, hi = int(lo_s), int(hi_s)
     if hi < lo:
-        raise BadInput(f"host pattern {text!r}: the range {{{lo_s}..{hi_s}}} counts down")
+        raise BadInput(_("host pattern {text!r}: the range {range} counts down").format(
+            text=text, range=f"{{{lo_s}..{hi_s}}}"))
     if hi - lo + 1 > MAX_HOSTS:
-        raise BadInput(f"host pattern {text!r} gives more than {MAX_HOSTS} hosts")
+        raise BadInput(_("host pattern {text!r} gives more than {max} hosts").format(
+            text=text, max=MAX_HOSTS))
     width = len(lo_s) if lo_s.startswith("0") and len(lo_s) > 1 else 0
     out: List[str] = []
     for i in range(lo, hi + 1):
@@ -97,7 +100,7 @@ def _expand_brackets(item: str) -> List[str]:
     m = re.search(r"\[([^\[\]]*)\]", item)
     if not m:
         if "[" in item or "]" in item:
-            raise BadInput(f"node list item {item!r} has an unmatched bracket")
+            raise BadInput(_("node list item {item!r} has an unmatched bracket").format(item=item))
         return [item]
     head, tail = item[:m.start()], item[m.end():]
     out: List[str] = []
@@ -108,13 +111,15 @@ def _expand_brackets(item: str) -> List[str]:
         elif re.fullmatch(r"\d+-\d+", rng):
             a, b = rng.split("-")
             if int(b) < int(a):
-                raise BadInput(f"node list range {rng!r} counts down")
+                raise BadInput(_("node list range {range!r} counts down").format(range=rng))
             if int(b) - int(a) + 1 > MAX_HOSTS:
-                raise BadInput(f"node list range {rng!r} gives more than {MAX_HOSTS} hosts")
+                raise BadInput(_("node list range {range!r} gives more than {max} hosts").format(
+                    range=rng, max=MAX_HOSTS))
             width = len(a)
             nums = [str(i).zfill(width) for i in range(int(a), int(b) + 1)]
         else:
-            raise BadInput(f"node list range {rng!r} in {item!r} is not N or N-M")
+            raise BadInput(_("node list range {range!r} in {item!r} is not N or N-M").format(
+                range=rng, item=item))
         for num in nums:
             out += _expand_brackets(head + num + tail)
     return out
@@ -158,19 +163,19 @@ def _from_list(text: str) -> List[str]:
 
 def _checked(names: Sequence[str], source: str, slots: Sequence[int] = ()) -> Hosts:
     if not names:
-        raise BadInput(f"{source} names no hosts")
+        raise BadInput(_("{source} names no hosts").format(source=source))
     if len(names) > MAX_HOSTS:
-        raise BadInput(f"{source} names more than {MAX_HOSTS} hosts")
+        raise BadInput(_("{source} names more than {max} hosts").format(source=source, max=MAX_HOSTS))
     checked = []
     for n in names:
         try:
             checked.append(host_name(n))
         except BadInput as exc:
-            raise BadInput(f"{source}: {exc}") from None
+            raise BadInput(_("{source}: {error}").format(source=source, error=exc)) from None
     seen = set()
     dupes = [n for n in checked if n in seen or seen.add(n)]  # type: ignore[func-returns-value]
     if dupes:
-        raise BadInput(f"{source} names {dupes[0]} twice")
+        raise BadInput(_("{source} names {host} twice").format(source=source, host=dupes[0]))
     return Hosts(tuple(checked), source, tuple(slots))
 
 
@@ -178,7 +183,8 @@ def _read_hostfile(path: str, source: str) -> Hosts:
     try:
         text = Path(path).read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
-        raise BadInput(f"{source}: cannot read hostfile {path}: {exc.strerror or exc}") from None
+        raise BadInput(_("{source}: cannot read hostfile {path}: {error}").format(
+            source=source, path=path, error=exc.strerror or exc)) from None
     names, slots = parse_hostfile(text)
     return _checked(names, source, slots)
 
@@ -190,7 +196,7 @@ def _volcano(env: Mapping[str, str]) -> Optional[Hosts]:
     # master-like tasks first (mpirun runs on the first host), then the others by name
     tasks.sort(key=lambda t: (0 if t[0] in ("MASTER", "LAUNCHER", "MPIMASTER") else 1, t[0]))
     names: List[str] = []
-    for _, key in tasks:
+    for _task, key in tasks:
         names += [n for n in re.split(r"[,\s]+", env[key].strip()) if n]
     return _checked(names, ", ".join(k for _, k in tasks))
 
@@ -201,14 +207,16 @@ def _master_world(env: Mapping[str, str]) -> Optional[Hosts]:
         return None
     source = "MASTER_ADDR and WORLD_SIZE"
     if not size.isdigit() or int(size) < 1:
-        raise BadInput(f"{source}: WORLD_SIZE {size!r} is not a positive number")
+        raise BadInput(_("{source}: WORLD_SIZE {size!r} is not a positive number").format(
+            source=source, size=size))
     n = int(size)
     if n > MAX_HOSTS:
-        raise BadInput(f"{source}: WORLD_SIZE {n} is more than {MAX_HOSTS} hosts")
+        raise BadInput(_("{source}: WORLD_SIZE {n} is more than {max} hosts").format(
+            source=source, n=n, max=MAX_HOSTS))
     try:
         host_name(master)
     except BadInput as exc:
-        raise BadInput(f"MASTER_ADDR: {exc}") from None
+        raise BadInput(_("{source}: {error}").format(source="MASTER_ADDR", error=exc)) from None
     m = re.fullmatch(r"(.*)-master-0(\..*)?", master)
     if m:
         head, domain = m.group(1), m.group(2) or ""
@@ -220,8 +228,9 @@ def _master_world(env: Mapping[str, str]) -> Optional[Hosts]:
         return _checked(names, source + " (naming <prefix>-0 .. <prefix>-N-1)")
     if n == 1:
         return _checked([master], source)
-    raise BadInput(f"{source}: cannot tell the other {n - 1} host names from MASTER_ADDR "
-                   f"{master!r}; give them with --hosts or HOSTS")
+    raise BadInput(_("{source}: cannot tell the other {n} host names from MASTER_ADDR "
+                     "{master!r}; give them with --hosts or HOSTS").format(
+        source=source, n=n - 1, master=master))
 
 
 def from_environment(env: Mapping[str, str]) -> Optional[Hosts]:
@@ -246,15 +255,15 @@ def find_hosts(hosts: Optional[str] = None, hostfile: Optional[str] = None,
                env: Optional[Mapping[str, str]] = None) -> Hosts:
     """The job's hosts, from the first source that names any; BadInput when none does."""
     if hosts and hostfile:
-        raise BadInput("give --hosts or --hostfile, not both")
+        raise BadInput(_("give --hosts or --hostfile, not both"))
     if hosts is not None:
         return _checked(_from_list(hosts), "--hosts")
     if hostfile is not None:
         return _read_hostfile(hostfile, f"--hostfile {hostfile}")
     found = from_environment(os.environ if env is None else env)
     if found is None:
-        raise BadInput("no hosts given: use --hosts node1,node2 (or a pattern like "
-                       "'job-worker-{0..3}'), --hostfile FILE, or run where the platform sets "
-                       "HOSTS, an OpenMPI hostfile variable, SLURM_JOB_NODELIST, VC_*_HOSTS, "
-                       "or MASTER_ADDR with WORLD_SIZE")
+        raise BadInput(_("no hosts given: use --hosts node1,node2 (or a pattern like "
+                         "'job-worker-{{0..3}}'), --hostfile FILE, or run where the platform "
+                         "sets HOSTS, an OpenMPI hostfile variable, SLURM_JOB_NODELIST, "
+                         "VC_*_HOSTS, or MASTER_ADDR with WORLD_SIZE").format())
     return found

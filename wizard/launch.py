@@ -21,6 +21,7 @@ import shlex
 from typing import List
 
 from . import __version__
+from .i18n import _, comment
 from .plan import Plan
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -330,34 +331,39 @@ def launch_script(plan: Plan) -> str:
     c = plan.choices
     rec = plan.recommendation
     env = list(plan.launch_env)
-    for k, _ in env:
+    for k, _v in env:
         if not _ENV_NAME.match(k):
             raise ValueError(f"launch environment name {k!r} is not a shell variable name")
     out: List[str] = [
         "#!/usr/bin/env bash",
-        f"# Written by hpcwizard {__version__}: the per-instance launch script. Run the same",
-        "# command on every instance of the job:",
+        comment(_("Written by hpcwizard {version}: the per-instance launch script. Run the same\n"
+                  "command on every instance of the job:").format(version=__version__)),
         "#   bash launch.sh [--hosts a,b,c | --hostfile FILE] [--] PROGRAM [ARGS...]",
         "#   bash launch.sh -- python train.py --lr 0.1",
         f"# framework={c.framework} network={c.network} ssh_port={c.ssh_port} "
         f"user={plan.target.user}",
     ]
     if rec.path == "preset" and rec.preset is not None:
-        out.append(f"# For the preset image {rec.preset.image}: sshd is started as whoever runs "
-                   "this script (root: the system sshd; a user: sshd -f ~/.sshd_config).")
+        out.append(comment(_("For the preset image {image}: sshd is started as whoever runs "
+                             "this script (root: the system sshd; a user: sshd -f "
+                             "~/.sshd_config).").format(image=rec.preset.image)))
     elif plan.os_label:
-        out.append(f"# Planned on: {plan.os_label}")
-    out.append("# 'bash launch.sh --help' lists the host sources and settings.")
+        out.append(comment(_("Planned on: {os}").format(os=plan.os_label)))
+    out.append(comment(_("'bash launch.sh --help' lists the host sources and settings.")))
+    if c.host_keys == "off":
+        out.append(comment(_("WARNING: host keys are not checked (--host-keys off).")))
     out.append("set -euo pipefail")
     out.append("")
     out.append(f"PORT={int(c.ssh_port)}")
-    out.append("# The plan's environment for the job (also passed to every rank with mpirun -x).")
+    out.append(comment(_("The plan's environment for the job (also passed to every rank with "
+                         "mpirun -x).")))
     for k, v in env:
         out.append(f"export {k}=" + "'" + v.replace("'", "'\\''") + "'")
     args = list(plan.mpirun_args)
     passed = {args[i + 1] for i, a in enumerate(args[:-1]) if a == "-x"}
-    out.append("# Passed to the ranks with mpirun -x (those MPIRUN_ARGS does not pass already).")
-    out.append("LAUNCH_ENV=(" + " ".join(shlex.quote(k) for k, _ in env if k not in passed) + ")")
+    out.append(comment(_("Passed to the ranks with mpirun -x (those MPIRUN_ARGS does not pass "
+                         "already).")))
+    out.append("LAUNCH_ENV=(" + " ".join(shlex.quote(k) for k, _v in env if k not in passed) + ")")
     out.append("MPIRUN_ARGS=(" + " ".join(shlex.quote(a) for a in plan.mpirun_args) + ")")
     out.append(_BODY.strip("\n"))
     out.append((_MPI if c.framework == "mpi" else _TORCH).rstrip("\n"))

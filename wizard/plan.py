@@ -4,6 +4,7 @@ their exact shell text. Nothing here touches the system."""
 from __future__ import annotations
 
 import hashlib
+import os
 import pwd
 import re
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from . import render
 from .catalog import Catalog, Preset, Recipe, StepSpec, substitute
 from .choices import Choices
 from .facts import Facts, OsInfo
+from .i18n import N_, _, pick, translations
 from .validate import BadInput, package_file_name
 
 STATE_DIR = "/var/lib/hpcwizard"  # what a system step must remember for its undo
@@ -112,12 +114,13 @@ def resolve_target(facts: Facts, name: str) -> Target:
         try:
             pw = pwd.getpwnam(name)
         except KeyError:
-            raise BadInput(f"user {name!r} does not exist on this machine: create it first "
-                           f"(useradd -m {name})") from None
+            raise BadInput(_("user {name!r} does not exist on this machine: create it first "
+                             "(useradd -m {name})").format(name=name), "user") from None
         target = Target(pw.pw_name, pw.pw_uid, pw.pw_gid, _group_name(pw.pw_gid), pw.pw_dir)
     if not _HOME.match(target.home):
-        raise BadInput(f"home directory {target.home!r} of {target.user} has characters "
-                       "hpcwizard will not put in a shell command")
+        raise BadInput(_("home directory {home!r} of {user} has characters hpcwizard will "
+                         "not put in a shell command").format(home=target.home, user=target.user),
+                       "user")
     return target
 
 
@@ -181,11 +184,24 @@ def packages_step(facts: Facts, recipes: List[Recipe]) -> Optional[Step]:
     if not pm:
         return None
     why = "; ".join(r.title for r in recipes if r.packages.get(pm))
-    return install_step(pm, wanted_packages(pm, recipes), facts.software.packages, why)
+    why_zh = "；".join(pick(r.title, r.i18n, "title", "zh") for r in recipes if r.packages.get(pm))
+    return install_step(pm, wanted_packages(pm, recipes), facts.software.packages, why, why_zh)
+
+
+def apt_lock_timeout() -> int:
+    """Seconds apt waits for the dpkg lock another apt holds: $HPCWIZARD_APT_LOCK_TIMEOUT
+    (read when the plan is made and written into its commands), default 120."""
+    text = os.environ.get("HPCWIZARD_APT_LOCK_TIMEOUT", "").strip()
+    if not text:
+        return 120
+    if not text.isdigit() or not 0 <= int(text) <= 86400:
+        raise BadInput(_("HPCWIZARD_APT_LOCK_TIMEOUT {value!r} is not a number of seconds "
+                         "(0 to 86400)").format(value=text))
+    return int(text)
 
 
 def install_step(pm: str, wanted: Tuple[str, ...], installed: Optional[Mapping[str, str]],
-                 why: str = "") -> Optional[Step]:
+                 why: str = "", why_zh: str = "") -> Optional[Step]:
     """The packages step for pm: install what of wanted is not in installed (None: unknown,
     so all of it), undo removing only those."""
     if not wanted:
@@ -204,47 +220,84 @@ def install_step(pm: str, wanted: Tuple[str, ...], installed: Optional[Mapping[s
         # Installed in any state (iT, iW: triggers pending count too): a package whose
         # triggers ran during the install must not look newly installed.
         query = "dpkg-query -W -f='${db:Status-Abbrev} ${Package}\\n' | awk '$1 ~ /^.[^nc]/ {print $2}' | sort"
+        # Done when every package is installed and dpkg has nothing half done (a run killed
+        # in apt's triggers leaves a dependency half configured: the step runs to repair it).
         check = ("for p in " + names + "; do\n"
                  "  dpkg-query -W -f='${db:Status-Abbrev}' \"$p\" 2>/dev/null | grep -q '^ii' || exit 1\n"
-                 "done")
-        install = ("export DEBIAN_FRONTEND=noninteractive\n"
-                   "apt-get -o DPkg::Lock::Timeout=120 update\n"
-                   "apt-get -o DPkg::Lock::Timeout=120 install -y --no-install-recommends " + names)
-        remove = "apt-get -o DPkg::Lock::Timeout=120 purge -y"
+                 "done\n"
+                 "[ -z \"$(dpkg --audit 2>/dev/null)\" ]")
+        lock = f"-o DPkg::Lock::Timeout={apt_lock_timeout()}"
+        repair = [
+            "export DEBIAN_FRONTEND=noninteractive",
+            "# An install a killed run left half done is finished first (idempotent).",
+            "if [ -n \"$(dpkg --audit 2>/dev/null)\" ]; then dpkg --configure -a; fi",
+        ]
+        # apt-get update exits 0 when no mirror answers (before apt 2.1's --error-on=any,
+        # which older releases lack): a run that fetched nothing stops here, saying so.
+        prepare = "\n".join([
+            *repair,
+            "updated=$(mktemp); trap 'rm -f \"$updated\"' EXIT",
+            f"apt-get {lock} update 2>&1 | tee \"$updated\"",
+            "if ! grep -qE '^(Hit|Get):' \"$updated\"; then",
+            "  echo 'hpcwizard: apt-get update could not reach any package mirror' >&2; exit 1",
+            "fi",
+        ])
+        install = f"apt-get {lock} install -y --no-install-recommends " + names
+        remove = f"apt-get {lock} purge -y"
     else:
         query = "rpm -qa --qf '%{NAME}\\n' | sort -u"
         check = "rpm -q " + names + " >/dev/null"
+        repair = prepare = []
         install = f"{pm} install -y " + names
         remove = f"{pm} remove -y"
+    # The list of what was there before is kept until the install is over: after a run
+    # that was killed half-way, the next run (and undo) still know what was there first.
+    before = f"{listed}.before"
     run = "\n".join([
+        *([prepare] if prepare else []),  # a failure here has changed nothing
         f"install -d -m 0755 {STATE_DIR}",
-        "before=$(mktemp); trap 'rm -f \"$before\"' EXIT",
-        f"{query} > \"$before\"",
+        f"[ -e {before} ] || {{ {query} > {before}.tmp; mv -f {before}.tmp {before}; }}",
         install,
-        f"{{ if [ -e {listed} ]; then cat {listed}; fi; {query} | comm -13 \"$before\" -; }} "
+        f"{{ if [ -e {listed} ]; then cat {listed}; fi; {query} | comm -13 {before} -; }} "
         f"| sort -u > {listed}.tmp",
         f"mv -f {listed}.tmp {listed}",
+        f"rm -f {before}",
     ])
     undo = "\n".join([
-        *(["export DEBIAN_FRONTEND=noninteractive"] if pm == "apt" else []),
-        f"if [ -s {listed} ]; then xargs -r {remove} < {listed}; else {remove} {names}; fi",
-        f"rm -f {listed}",
+        *repair,
+        f"if [ -e {before} ]; then  # a run was stopped half-way: what it installed so far",
+        f"  {{ if [ -e {listed} ]; then cat {listed}; fi; {query} | comm -13 {before} -; }} "
+        f"| sort -u > {listed}.tmp",
+        f"  mv -f {listed}.tmp {listed}",
+        f"  if [ -s {listed} ]; then xargs -r {remove} < {listed}; fi",
+        f"elif [ -s {listed} ]; then xargs -r {remove} < {listed}; else {remove} {names}; fi",
+        f"rm -f {listed} {before}",
         f"rmdir --ignore-fail-on-non-empty {STATE_DIR} 2>/dev/null || true",
     ])
+    # Installing nothing it may remove, undo only takes back the step's own lists (a run
+    # repairing dpkg, or killed half-way, leaves them).
+    cleanup = "\n".join([f"rm -f {listed} {before}",
+                         f"rmdir --ignore-fail-on-non-empty {STATE_DIR} 2>/dev/null || true"])
     if installed is None:
-        note = ("Could not tell which packages were installed before: undo removes none of them.")
-        undo = ""
+        note = N_("Could not tell which packages were installed before: undo removes none of "
+                  "them.")
+        undo = cleanup
     elif satisfied:
-        note = "All of them are installed here already: undo removes none of them."
-        undo = ""
+        note = N_("All of them are installed here already: undo removes none of them.")
+        undo = cleanup
     else:
-        note = ("Undo removes these packages and the dependencies installed with them, "
-                "nothing that was there before; upgrades made on the way are kept.")
+        note = N_("Undo removes these packages and the dependencies installed with them, "
+                  "nothing that was there before; upgrades made on the way are kept.")
+    title = N_("Install {n} packages with {pm}")
+    zh = translations("zh")
+    # The step's texts stay English (records, exports' commands); each language's beside them.
+    i18n = {"zh": {"title": zh.gettext(title).format(n=len(missing), pm=pm),
+                   "note": zh.gettext(note), "why": why_zh}}
     return Step(
-        id="packages/install", recipe="packages", title=f"Install {len(missing)} packages with {pm}",
+        id="packages/install", recipe="packages", title=title.format(n=len(missing), pm=pm),
         as_="root", kind="shell", check=check, run=run, undo=undo, note=note,
         why=why, packages=tuple(missing), satisfied=satisfied,
-        i18n={"zh": {"title": f"使用 {pm} 安装 {len(missing)} 个软件包"}},
+        i18n=i18n,
     )
 
 
@@ -258,6 +311,9 @@ def _step(recipe: Recipe, spec: StepSpec, values: Mapping[str, str]) -> Step:
                       run=sub["run"], undo=sub["undo"])
     i18n = {lang: {k: substitute(v, values) for k, v in texts.items()}
             for lang, texts in spec.i18n.items()}
+    for lang, texts in recipe.i18n.items():  # the recipe's why, in each language
+        if texts.get("why"):
+            i18n.setdefault(lang, {}).setdefault("why", texts["why"])
     return Step(id=f"{recipe.id}/{spec.id}", recipe=recipe.id, title=sub["title"], as_=spec.as_,
                 kind=spec.kind, check=r.check, run=r.run, undo=r.undo, note=sub["note"],
                 why=recipe.why, i18n=i18n)
@@ -290,26 +346,32 @@ def driver_reasons(facts: Facts, preset: Optional[Preset]) -> "tuple[List[str], 
         if have < need:
             too_old = True
             supports = next((g.cuda for g in facts.gpus if g.cuda), "")
-            older = f" (this driver supports CUDA {supports} at most)" if supports else ""
-            out.append(
-                f"The GPU driver here is {driver}, too old for the preset image's CUDA "
-                f"{preset.cuda}, which needs {preset.driver_min} or newer with CUDA minor-version "
-                f"compatibility ({preset.driver_full or preset.driver_min} without), so the preset "
-                "will not run on these GPUs either: ask the platform for instances with a newer "
-                f"driver, or use a PyTorch build for an older CUDA{older}.")
+            older = (_(" (this driver supports CUDA {cuda} at most)").format(cuda=supports)
+                     if supports else "")
+            out.append(_(
+                "The GPU driver here is {driver}, too old for the preset image's CUDA {cuda}, "
+                "which needs {min} or newer with CUDA minor-version compatibility ({full} "
+                "without), so the preset will not run on these GPUs either: ask the platform "
+                "for instances with a newer driver, or use a PyTorch build for an older "
+                "CUDA{older}.").format(driver=driver, cuda=preset.cuda, min=preset.driver_min,
+                                       full=preset.driver_full or preset.driver_min,
+                                       older=older))
         elif have < full:
-            out.append(
-                f"The GPU driver here is {driver}: it runs the preset image's CUDA {preset.cuda} "
-                f"only through CUDA minor-version compatibility (full support from "
-                f"{preset.driver_full}), which most jobs accept but PTX JIT compilation does not.")
+            out.append(_(
+                "The GPU driver here is {driver}: it runs the preset image's CUDA {cuda} only "
+                "through CUDA minor-version compatibility (full support from {full}), which "
+                "most jobs accept but PTX JIT compilation does not.").format(
+                    driver=driver, cuda=preset.cuda, full=preset.driver_full))
     s = facts.software
     supports = next((g.cuda for g in facts.gpus if g.cuda), "")
     if s.torch_cuda and supports and version_tuple(s.torch_cuda)[:1] > version_tuple(supports)[:1]:
-        the_driver = f"the GPU driver {driver}" if driver else "the GPU driver"
-        out.append(
-            f"PyTorch here is built for CUDA {s.torch_cuda}, but {the_driver} supports CUDA "
-            f"{supports} at most: install a PyTorch build for CUDA {supports}, or ask for "
-            "instances with a newer driver.")
+        the_driver = (_("the GPU driver {driver}").format(driver=driver) if driver
+                      else _("the GPU driver"))
+        out.append(_(
+            "PyTorch here is built for CUDA {torch_cuda}, but {the_driver} supports CUDA "
+            "{cuda} at most: install a PyTorch build for CUDA {cuda}, or ask for instances "
+            "with a newer driver.").format(torch_cuda=s.torch_cuda, the_driver=the_driver,
+                                           cuda=supports))
     return out, too_old
 
 
@@ -319,20 +381,22 @@ def ib_problem(facts: Facts) -> str:
     software = [h.name for h in facts.hcas if h.software]
     if not hardware:
         if software:
-            return (f"Only a software RDMA device ({', '.join(software)}) is here, not InfiniBand "
-                    "hardware, so InfiniBand cannot be used from this container.")
-        return ("No InfiniBand device is visible in this container (/sys/class/infiniband is empty "
-                "or missing), so InfiniBand cannot be verified or used from here.")
+            return _("Only a software RDMA device ({devices}) is here, not InfiniBand "
+                     "hardware, so InfiniBand cannot be used from this container.").format(
+                devices=", ".join(software))
+        return _("No InfiniBand device is visible in this container (/sys/class/infiniband is "
+                 "empty or missing), so InfiniBand cannot be verified or used from here.")
     ports = [p for h in hardware for p in h.ports]
     active = [p for p in ports if p.active]
     if not active:
-        states = ", ".join(f"{p.name} is {p.state}" for p in ports) or "no ports listed"
-        return (f"No InfiniBand port is active here ({states}), so InfiniBand cannot be used from "
-                "this container.")
+        states = ", ".join(_("{port} is {state}").format(port=p.name, state=p.state)
+                           for p in ports) or _("no ports listed")
+        return _("No InfiniBand port is active here ({states}), so InfiniBand cannot be used "
+                 "from this container.").format(states=states)
     if not facts.rdma.uverbs:
-        return (f"RDMA port {', '.join(p.name for p in active)} is active but "
-                "/dev/infiniband/uverbs* is missing: this container was started without the "
-                "InfiniBand devices, so it cannot use them.")
+        return _("RDMA port {ports} is active but /dev/infiniband/uverbs* is missing: this "
+                 "container was started without the InfiniBand devices, so it cannot use "
+                 "them.").format(ports=", ".join(p.name for p in active))
     return ""
 
 
@@ -342,16 +406,21 @@ def already_here(facts: Facts, choices: Choices, wanted: Tuple[str, ...]) -> str
     installed = s.packages
     if wanted and (installed is None or any(p not in installed for p in wanted)):
         return ""
-    have = [f"all {len(wanted)} packages installed"] if wanted else []
+    have = [_("all {n} packages installed").format(n=len(wanted))] if wanted else []
     if choices.framework == "mpi" and choices.network == "ib":
         if not s.ompi_has_ucx:
             return ""
-        have.append(f"Open MPI {s.mpi_version} with UCX".replace("  ", " "))
+        have.append(_("Open MPI {version} with UCX").format(version=s.mpi_version)
+                    .replace("  ", " "))
     if choices.framework == "pytorch":
         if not s.torch_version:
             return ""
-        have.append(f"PyTorch {s.torch_version}")
+        have.append(_("PyTorch {version}").format(version=s.torch_version))
     return ", ".join(have)
+
+
+def _provides(preset: Preset) -> str:
+    return pick(", ".join(preset.provides), preset.i18n, "provides")
 
 
 def recommend(facts: Facts, choices: Choices, preset: Optional[Preset],
@@ -364,57 +433,65 @@ def recommend(facts: Facts, choices: Choices, preset: Optional[Preset],
     u = facts.user
     root = needs_root(steps)
     if root and u.sudo in ("none",):
-        blockers.append(f"You are {u.name}, not root, and cannot use sudo: the system packages "
-                        "and settings this job needs cannot be installed here, so a preset image "
-                        "is the only way.")
+        blockers.append(_("You are {user}, not root, and cannot use sudo: the system packages "
+                          "and settings this job needs cannot be installed here, so a preset "
+                          "image is the only way.").format(user=u.name))
     if wants_packages and not package_manager(facts):
-        blockers.append(f"No supported package manager (apt, dnf, yum) on {facts.os.pretty_name or facts.os.id}.")
+        blockers.append(_("No supported package manager (apt, dnf, yum) on {os}.").format(
+            os=facts.os.pretty_name or facts.os.id))
     if facts.mirrors_reachable is False and any(s.id == "packages/install" for s in steps):
-        blockers.append("The package mirrors cannot be reached from this machine, so nothing can "
-                        "be installed here.")
+        blockers.append(_("The package mirrors cannot be reached from this machine, so "
+                          "nothing can be installed here."))
     ib = ib_problem(facts) if choices.network == "ib" else ""
     gpu_reasons, preset_too_old = driver_reasons(facts, preset)
     if blockers and preset is not None:
         return Recommendation("preset", tuple(blockers + ([ib] if ib else []) + [
-            f"The preset image {preset.image} already provides: {', '.join(preset.provides)}."]
+            _("The preset image {image} already provides: {provides}.").format(
+                image=preset.image, provides=_provides(preset))]
             + gpu_reasons), preset)
     if blockers:
         return Recommendation("configure", tuple(blockers + [
-            "No preset image matches these choices; the steps below will likely fail."]), None)
+            _("No preset image matches these choices; the steps below will likely fail.")]),
+            None)
     if ib and preset is not None and not preset_too_old:
-        return Recommendation("preset", (ib, (
-            f"Start the job from the preset image {preset.image} on instances that have "
-            f"InfiniBand; it provides: {', '.join(preset.provides)}."), *gpu_reasons), preset)
+        return Recommendation("preset", (ib, _(
+            "Start the job from the preset image {image} on instances that have InfiniBand; "
+            "it provides: {provides}.").format(image=preset.image, provides=_provides(preset)),
+            *gpu_reasons), preset)
     if u.is_root:
-        reasons.append("You are root: every step can run here.")
+        reasons.append(_("You are root: every step can run here."))
     elif u.sudo == "nopasswd":
-        reasons.append("You have sudo without a password: system steps run through 'sudo -n'.")
+        reasons.append(_("You have sudo without a password: system steps run through "
+                         "'sudo -n'."))
     elif u.sudo == "password":
-        reasons.append("You have sudo: hpcwizard asks for your password once, before the run.")
+        reasons.append(_("You have sudo: hpcwizard asks for your password once, before the "
+                         "run."))
     elif not root:
-        reasons.append("Everything this job needs from the system is installed; the rest is "
-                       "your own files, which need no root.")
+        reasons.append(_("Everything this job needs from the system is installed; the rest "
+                         "is your own files, which need no root."))
     if ib:
         reasons.append(ib)
     have = already_here(facts, choices, wanted)
     if have:
-        reasons.append(f"This machine already matches the job ({have}): little or nothing is "
-                       "left to do here.")
+        reasons.append(_("This machine already matches the job ({have}): little or nothing "
+                         "is left to do here.").format(have=have))
     pk = next((s for s in steps if s.id == "packages/install"), None)
     if choices.framework == "pytorch" and choices.network == "tcp":
-        reasons.append("Nothing needs installing for PyTorch over TCP: torchrun is started on "
-                       "every instance and its c10d rendezvous and NCCL use plain TCP, so no SSH "
-                       "server is needed.")
+        reasons.append(_("Nothing needs installing for PyTorch over TCP: torchrun is started "
+                         "on every instance and its c10d rendezvous and NCCL use plain TCP, so "
+                         "no SSH server is needed."))
     elif pk and not have:
-        reasons.append(f"{len(pk.packages)} packages to install with {package_manager(facts)}.")
+        reasons.append(_("{n} packages to install with {pm}.").format(
+            n=len(pk.packages), pm=package_manager(facts)))
     elif not pk:
-        reasons.append("No packages to install.")
+        reasons.append(_("No packages to install."))
     if choices.framework == "pytorch" and not facts.software.torch_version:
-        reasons.append("python3 cannot import torch here (or it was not checked): install "
-                       "PyTorch for your CUDA, or start from the preset image.")
+        reasons.append(_("python3 cannot import torch here (or it was not checked): install "
+                         "PyTorch for your CUDA, or start from the preset image."))
     reasons.extend(gpu_reasons)
     if preset is not None and not preset_too_old and not have:
-        reasons.append(f"Alternatively, start from the preset image {preset.image}.")
+        reasons.append(_("Alternatively, start from the preset image {image}.").format(
+            image=preset.image))
     return Recommendation("configure", tuple(reasons), preset)
 
 
@@ -438,8 +515,9 @@ def build_plan(facts: Facts, choices: Choices, catalog: Catalog) -> Plan:
         kind = values["ucx_file"].rsplit(".", 1)[-1]
         pm = package_manager(facts)
         if pm and kind != {"apt": "deb", "dnf": "rpm", "yum": "rpm"}[pm]:
-            raise BadInput(f"the UCX package {values['ucx_file']} is a .{kind}, but "
-                           f"{facts.os.pretty_name or facts.os.id} installs packages with {pm}")
+            raise BadInput(_("the UCX package {file} is a .{kind}, but {os} installs packages "
+                             "with {pm}").format(file=values["ucx_file"], kind=kind,
+                                                 os=facts.os.pretty_name or facts.os.id, pm=pm))
     steps: List[Step] = []
     pk = packages_step(facts, recipes)
     if pk:
@@ -451,8 +529,9 @@ def build_plan(facts: Facts, choices: Choices, catalog: Catalog) -> Plan:
     steps_t = tuple(steps)
     warnings: List[str] = list(facts.warnings)
     if choices.host_keys == "off":
-        warnings.append("Host keys are not checked (--host-keys off): any machine answering to "
-                        f"'{choices.peers}' on port {choices.ssh_port} is trusted.")
+        warnings.append(_("Host keys are not checked (--host-keys off): any machine answering "
+                          "to '{peers}' on port {port} is trusted.").format(
+            peers=choices.peers, port=choices.ssh_port))
     pm = package_manager(facts)
     wanted = wanted_packages(pm, recipes) if pm else ()
     preset = catalog.preset_for(choices.framework, choices.network)

@@ -17,6 +17,7 @@ import tomli_w
 
 from . import __version__
 from .compat import tomllib
+from .i18n import _
 from .validate import BadInput
 
 SCHEMA = 1
@@ -64,6 +65,7 @@ class Record:
     def __init__(self, path: Path, data: Dict[str, Any]):
         self.path = Path(path)
         self.data = data
+        self.log_error = ""  # why the log could not be written, if it could not
 
     # --- creation and loading -------------------------------------------------------------
 
@@ -97,26 +99,36 @@ class Record:
         try:
             raw = path.read_bytes()
         except FileNotFoundError:
-            raise BadInput(f"record {path} does not exist") from None
+            raise BadInput(_("record {path} does not exist").format(path=path)) from None
         except OSError as exc:
-            raise BadInput(f"record {path} cannot be read: {exc.strerror}") from None
+            raise BadInput(_("record {path} cannot be read: {error}").format(
+                path=path, error=exc.strerror)) from None
         try:
             data = tomllib.loads(raw.decode("utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise BadInput(f"record {path} is not a valid TOML file: {exc}") from None
+            raise BadInput(_("record {path} is not a valid TOML file: {error}").format(
+                path=path, error=exc)) from None
         schema = data.get("schema")
         if not isinstance(schema, int):
-            raise BadInput(f"record {path} has no schema version: it is not an hpcwizard record")
+            raise BadInput(_("record {path} has no schema version: it is not an hpcwizard "
+                             "record").format(path=path))
         if schema > SCHEMA:
-            raise BadInput(f"record {path} has schema {schema}, newer than this hpcwizard "
-                           f"understands ({SCHEMA}): upgrade hpcwizard")
+            raise BadInput(_("record {path} has schema {schema}, newer than this hpcwizard "
+                             "understands ({known}): upgrade hpcwizard").format(
+                path=path, schema=schema, known=SCHEMA))
         steps = data.get("steps")
         if not isinstance(steps, list) or not isinstance(data.get("choices"), dict) \
                 or not isinstance(data.get("target"), dict) \
                 or not all(isinstance(s, dict) and {"id", "status", "as", "run", "undo"} <= set(s)
                            for s in steps):
-            raise BadInput(f"record {path} is incomplete (truncated or edited): missing steps, "
-                           "choices or target")
+            raise BadInput(_("record {path} is incomplete (truncated or edited): missing "
+                             "steps, choices or target").format(path=path))
+        # An older record may lack what newer ones carry: the defaults stand in.
+        data.setdefault("log", str(path.with_suffix(".log")))
+        data.setdefault("status", "")
+        for step in steps:
+            step.setdefault("title", step["id"])
+            step.setdefault("note", "")
         return cls(path, data)
 
     # --- updates --------------------------------------------------------------------------
@@ -145,10 +157,15 @@ class Record:
     def log(self, text: str) -> None:
         """Append to the log beside the record (created 0600)."""
         path = self.log_path
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(str(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        with os.fdopen(fd, "a", encoding="utf-8") as fh:
-            fh.write(text if text.endswith("\n") else text + "\n")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(str(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            with os.fdopen(fd, "a", encoding="utf-8") as fh:
+                fh.write(text if text.endswith("\n") else text + "\n")
+        except OSError as exc:
+            # A full disk must not stop a step half-way through its output: the log loses
+            # lines (said here), and the next record.save() fails and stops the run.
+            self.log_error = f"{path}: {exc.strerror or exc}"
 
 
 def facts_summary(facts: Any) -> Dict[str, Any]:

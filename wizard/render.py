@@ -64,6 +64,11 @@ def file_check(path: str, content: str, content_cmd: str, mode: str) -> str:
             f"&& [ \"$(stat -c %a {p})\" = {q(mode.lstrip('0') or '0')} ]")
 
 
+def _stale(path: str) -> str:
+    """Removes the temporary files a killed run left beside path (mktemp's XXXXXX)."""
+    return f"rm -f {q(path + '.hpcwizard.')}??????"
+
+
 def _markers(path: str) -> "tuple[str, str, str]":
     """The file, its backup (it was there before us), its marker (we created it)."""
     return q(path), q(path + ".hpcwizard-orig"), q(path + ".hpcwizard-new")
@@ -75,6 +80,7 @@ def file_run(path: str, content: str, content_cmd: str, mode: str) -> str:
         _ensure_dir(path, "0755"),
         f"if [ ! -e {p} ]; then : > {new}; "
         f"elif [ ! -e {orig} ] && [ ! -e {new} ]; then cp -p {p} {orig}; fi",
+        _stale(path),
         f"tmp=$(mktemp {q(path + '.hpcwizard.')}XXXXXX)",
         "trap 'rm -f \"$tmp\"' EXIT",
         f"{_body(content, content_cmd)} > \"$tmp\"",
@@ -86,7 +92,7 @@ def file_run(path: str, content: str, content_cmd: str, mode: str) -> str:
 def file_undo(path: str) -> str:
     p, orig, new = _markers(path)
     return (f"if [ -e {orig} ]; then mv -f {orig} {p}; elif [ -e {new} ]; then rm -f {p}; fi\n"
-            f"rm -f {new}")
+            f"rm -f {new}\n{_stale(path)}")
 
 
 # --- block ------------------------------------------------------------------------------
@@ -111,6 +117,7 @@ def block_run(path: str, content: str, content_cmd: str, mode: str, top: bool) -
     return "\n".join([
         _ensure_dir(path, "0700"),
         f"[ -e {p} ] || : > {new}",
+        _stale(path),
         f"tmp=$(mktemp {q(path + '.hpcwizard.')}XXXXXX)",
         "trap 'rm -f \"$tmp\"' EXIT",
         "{",
@@ -132,6 +139,7 @@ def block_undo(path: str) -> str:
         f"else chmod --reference={p} \"$tmp\"; mv -f \"$tmp\" {p}; fi",
         "fi",
         f"rm -f {new}",
+        _stale(path),
     ])
 
 

@@ -7,6 +7,7 @@ import textwrap
 from typing import List, Sequence, TextIO
 
 from .apply import RunFinished, StepFinished, StepOutput, StepStarted
+from .i18n import N_, _, field
 from .plan import Plan
 
 
@@ -17,9 +18,10 @@ def _indent(text: str, prefix: str = "      ") -> str:
 def format_recommendation(plan: Plan) -> str:
     rec = plan.recommendation
     if rec.path == "preset" and rec.preset:
-        head = f"Recommended: start the job from the preset image {rec.preset.image}"
+        head = _("Recommended: start the job from the preset image {image}").format(
+            image=rec.preset.image)
     else:
-        head = "Recommended: configure this machine"
+        head = _("Recommended: configure this machine")
     lines = [head] + [f"  - {r}" for r in rec.reasons]
     return "\n".join(lines)
 
@@ -27,48 +29,68 @@ def format_recommendation(plan: Plan) -> str:
 def format_plan(plan: Plan, brief: bool = False) -> str:
     c = plan.choices
     out: List[str] = [
-        f"hpcwizard plan: {c.framework} over {c.network.upper()} on {plan.os_label or 'unknown OS'}",
-        f"  job user {plan.target.user} (home {plan.target.home}), SSH port {c.ssh_port}, "
-        f"host keys {c.host_keys}",
+        _("hpcwizard plan: {framework} over {network} on {os}").format(
+            framework=c.framework, network=c.network.upper(),
+            os=plan.os_label or _("unknown OS")),
+        _("  job user {user} (home {home}), SSH port {port}, host keys {host_keys}").format(
+            user=plan.target.user, home=plan.target.home, port=c.ssh_port,
+            host_keys=c.host_keys),
         "",
         format_recommendation(plan),
     ]
     for w in plan.warnings:
-        out.append(f"WARNING: {w}")
+        out.append(_("WARNING: {warning}").format(warning=w))
     out.append("")
     for n, step in enumerate(plan.steps, 1):
-        who = "as root" if step.as_ == "root" else f"as {plan.target.user}"
-        out.append(f"[{n}/{len(plan.steps)}] {step.title}  ({step.id}, {who})")
+        who = _("as {user}").format(user="root" if step.as_ == "root" else plan.target.user)
+        out.append(f"[{n}/{len(plan.steps)}] {field(step, 'title')}  ({step.id}, {who})")
         if brief:
             continue
-        out.append("    run:")
+        out.append(_("    run:"))
         out.append(_indent(step.run))
-        out.append("    done when:")
+        out.append(_("    done when:"))
         out.append(_indent(step.check))
         if step.undo:
-            out.append("    undo:")
+            out.append(_("    undo:"))
             out.append(_indent(step.undo))
         if step.note:
-            out.append(f"    note: {step.note}")
+            out.append(_("    note: {note}").format(note=field(step, "note")))
         out.append("")
     if not plan.steps:
-        out.append("Nothing to do on this machine.")
+        out.append(_("Nothing to do on this machine."))
     return "\n".join(out).rstrip() + "\n"
 
 
 def format_dry_run(plan: Plan, done: Sequence[bool]) -> str:
-    out = [format_plan(plan), "Dry run: nothing was changed. On a real run:"]
+    out = [format_plan(plan), _("Dry run: nothing was changed. On a real run:")]
     for n, (step, is_done) in enumerate(zip(plan.steps, done), 1):
-        out.append(f"  [{n}] {'skip (already done)' if is_done else 'run'}: {step.title}")
+        what = _("skip (already done)") if is_done else _("run")
+        out.append(f"  [{n}] {what}: {field(step, 'title')}")
     return "\n".join(out)
+
+
+STATUS_WORDS = {"done": N_("done"), "skipped": N_("skipped"), "failed": N_("failed"),
+                "interrupted": N_("interrupted"), "undone": N_("undone"),
+                "undo-failed": N_("undo failed"), "pending": N_("pending")}
+
+
+def status_word(status: str) -> str:
+    """A step's or a run's status as a person reads it (the record keeps the English key)."""
+    return _(STATUS_WORDS[status]) if status in STATUS_WORDS else status
 
 
 class ConsoleSink:
     """Prints apply events: a header per step, its output, and the outcome."""
 
-    def __init__(self, stream: TextIO = sys.stdout):
+    def __init__(self, stream: TextIO = sys.stdout, titles: Sequence[str] = ()):
         self.stream = stream
         self.closed = False
+        self.titles = list(titles)  # the steps' titles in the chosen language, by index
+
+    def title(self, event: StepStarted) -> str:
+        if self.titles and len(self.titles) == event.total and event.index < len(self.titles):
+            return self.titles[event.index]
+        return event.title
 
     def __call__(self, event: object) -> None:
         """A reader that went away (`apply | head`) must not stop a run half-way: the
@@ -83,21 +105,24 @@ class ConsoleSink:
     def _write(self, event: object) -> None:
         w = self.stream.write
         if isinstance(event, StepStarted):
-            verb = "undo" if event.undo else "step"
-            w(f"\n== {verb} [{event.index + 1}/{event.total}] {event.title}\n")
+            verb = _("undo") if event.undo else _("step")
+            w(f"\n== {verb} [{event.index + 1}/{event.total}] {self.title(event)}\n")
         elif isinstance(event, StepOutput):
             w(f"   {event.line}\n")
         elif isinstance(event, StepFinished):
-            w(f"-- {event.status} ({event.seconds:.1f}s)\n")
+            w(f"-- {status_word(event.status)} ({event.seconds:.1f}s)\n")
             if event.status == "failed":
-                w(f"FAILED with exit status {event.exit_code}.\n")
+                w(_("FAILED with exit status {code}.").format(code=event.exit_code) + "\n")
                 for d in event.diagnoses:
-                    w(f"  cause: {d.cause}\n  fix:   {d.fix}\n")
+                    w(_("  cause: {cause}").format(cause=field(d, "cause")) + "\n")
+                    w(_("  fix:   {fix}").format(fix=field(d, "fix")) + "\n")
                 if not event.diagnoses:
-                    w("  The step's output is above; the full log is beside the record.\n")
+                    w(_("  The step's output is above; the full log is beside the record.")
+                      + "\n")
         elif isinstance(event, RunFinished):
-            w(f"\nrecord: {event.record}\n")
+            w("\n" + _("record: {path}").format(path=event.record) + "\n")
             if event.status in ("failed", "interrupted"):
-                w(f"To take back what was done: hpcwizard undo {event.record}\n")
-            w(f"result: {event.status}\n")
+                w(_("To take back what was done: hpcwizard undo {path}").format(
+                    path=event.record) + "\n")
+            w(_("result: {status}").format(status=status_word(event.status)) + "\n")
         self.stream.flush()

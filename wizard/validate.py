@@ -9,9 +9,17 @@ from __future__ import annotations
 import re
 from typing import List
 
+from .i18n import _
+
 
 class BadInput(ValueError):
-    """One line naming the problem; shown as is, never with a traceback."""
+    """One line naming the problem; shown as is, never with a traceback. `field` names the
+    kind of value refused ("user", "port", "peers"), so that a form can show the message at
+    its field whatever the language of the message."""
+
+    def __init__(self, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 # POSIX portable user names as useradd accepts them (NAME_REGEX of adduser, plus '.').
@@ -31,62 +39,64 @@ _PACKAGE_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~-]*\.(deb|rpm)$")
 def port(value: object) -> int:
     text = str(value).strip()
     if not text.isdigit():
-        raise BadInput(f"port {value!r} is not a number: give a TCP port from 1 to 65535")
+        raise BadInput(_("port {value!r} is not a number: give a TCP port from 1 to 65535")
+                       .format(value=value), "port")
     number = int(text)
     if not 1 <= number <= 65535:
-        raise BadInput(f"port {number} is out of range: give a TCP port from 1 to 65535")
+        raise BadInput(_("port {port} is out of range: give a TCP port from 1 to 65535")
+                       .format(port=number), "port")
     return number
 
 
 def user_name(value: str) -> str:
     if not _USER.match(value or ""):
-        raise BadInput(
-            f"user name {value!r} is not valid: use lower-case letters, digits, '_', '-', '.',"
-            " starting with a letter or '_', at most 32 characters"
-        )
+        raise BadInput(_(
+            "user name {value!r} is not valid: use lower-case letters, digits, '_', '-', '.', "
+            "starting with a letter or '_', at most 32 characters").format(value=value), "user")
     return value
 
 
 def host_name(value: str) -> str:
     value = (value or "").strip()
     if len(value) > 253 or not value or not all(_LABEL.match(p) for p in value.split(".")):
-        raise BadInput(
-            f"host name {value!r} is not valid: use letters, digits, '-' and '.', "
-            "no spaces or other characters"
-        )
+        raise BadInput(_(
+            "host name {value!r} is not valid: use letters, digits, '-' and '.', "
+            "no spaces or other characters").format(value=value), "host")
     return value
 
 
 def host_list(value: str) -> List[str]:
     names = [n.strip() for n in (value or "").split(",") if n.strip()]
     if not names:
-        raise BadInput("the host list is empty: give names separated by commas, e.g. node1,node2")
+        raise BadInput(_("the host list is empty: give names separated by commas, e.g. "
+                         "node1,node2"), "hosts")
     checked = [host_name(n) for n in names]
     if len(set(checked)) != len(checked):
-        raise BadInput(f"the host list {value!r} names a host twice")
+        raise BadInput(_("the host list {value!r} names a host twice").format(value=value),
+                       "hosts")
     return checked
 
 
 def host_pattern(value: str) -> str:
     if not _PATTERN.match(value or ""):
-        raise BadInput(
-            f"host pattern {value!r} is not valid: use host-name characters and the wildcards"
-            " * and ?, e.g. 'job-*'"
-        )
+        raise BadInput(_(
+            "host pattern {value!r} is not valid: use host-name characters and the wildcards "
+            "* and ?, e.g. 'job-*'").format(value=value), "peers")
     return value
 
 
 def sha256(value: str) -> str:
     if not _SHA256.match(value or ""):
-        raise BadInput(f"sha256 {value!r} is not 64 hexadecimal digits")
+        raise BadInput(_("sha256 {value!r} is not 64 hexadecimal digits").format(value=value),
+                       "sha256")
     return value.lower()
 
 
 def url(value: str) -> str:
     text = (value or "").strip()
     if not _URL.match(text) or len(text) > 2000:
-        raise BadInput(f"URL {value!r} is not valid: give an http:// or https:// address "
-                       "without spaces or quotes")
+        raise BadInput(_("URL {value!r} is not valid: give an http:// or https:// address "
+                         "without spaces or quotes").format(value=value), "url")
     return text
 
 
@@ -95,12 +105,13 @@ def package_file_name(value: str) -> str:
     path = value.split("#", 1)[0].split("?", 1)[0]
     name = path.rstrip("/").rsplit("/", 1)[-1] if "//" in path and path.count("/") > 2 else ""
     if not _PACKAGE_FILE.match(name):
-        raise BadInput(f"URL {value!r} does not end in a package file name (something.deb "
-                       "or something.rpm)")
+        raise BadInput(_("URL {value!r} does not end in a package file name (something.deb "
+                         "or something.rpm)").format(value=value), "url")
     return name
 
 
 def choice(name: str, value: str, allowed: "tuple[str, ...]") -> str:
     if value not in allowed:
-        raise BadInput(f"{name} {value!r} is not one of: {', '.join(allowed)}")
+        raise BadInput(_("{name} {value!r} is not one of: {allowed}").format(
+            name=name, value=value, allowed=", ".join(allowed)), name)
     return value

@@ -38,6 +38,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from .diagnose import Diagnosis, diagnose, explain
 from .facts import Facts
 from .hosts import Hosts
+from .i18n import _
 from .plan import Plan
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
@@ -152,14 +153,14 @@ class System:
         except FileNotFoundError:
             return Ran(argv, 127, f"{argv[0]}: command not found")
         try:
-            out, _ = proc.communicate(stdin, timeout=timeout)
+            out, _err = proc.communicate(stdin, timeout=timeout)
         except subprocess.TimeoutExpired:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 proc.kill()
             try:
-                out, _ = proc.communicate(timeout=2)
+                out, _err = proc.communicate(timeout=2)
             except subprocess.TimeoutExpired:
                 out = b""
             text = (out or b"").decode("utf-8", "replace")
@@ -198,8 +199,9 @@ class _Ctx:
             if system.uid() == 0:
                 self.as_target = ("runuser", "-u", self.target, "--")
             else:
-                self.cannot_act_as = (f"verify runs as {system.user()}, the job as {self.target}: "
-                                      f"run verify as {self.target} (or root) for this check")
+                self.cannot_act_as = _(
+                    "verify runs as {me}, the job as {target}: run verify as {target} (or root) "
+                    "for this check").format(me=system.user(), target=self.target)
 
     def ssh(self, host: str, *remote: str) -> Tuple[str, ...]:
         return (*self.as_target, "ssh", *SSH_OPTS, "-p", str(self.port), host, *remote)
@@ -243,23 +245,27 @@ def check_sshd(ctx: _Ctx) -> Check:
     t0 = time.monotonic()
     r = ctx.sys.run(["timeout", str(CONNECT_TIMEOUT), "bash", "-c",
                      f": </dev/tcp/127.0.0.1/{ctx.port}"], timeout=CONNECT_TIMEOUT + 2)
-    return _check("here/sshd", f"sshd listens on port {ctx.port} here", r, r.ok,
-                  detail=f"127.0.0.1:{ctx.port} answers" if r.ok else r.last_line(),
-                  plain=f"Nothing listens on port {ctx.port} on this instance: sshd is not "
-                        "running (containers do not start it by themselves).",
+    return _check("here/sshd", _("sshd listens on port {port} here").format(port=ctx.port),
+                  r, r.ok,
+                  detail=(_("{address} answers").format(address=f"127.0.0.1:{ctx.port}")
+                          if r.ok else r.last_line()),
+                  plain=_("Nothing listens on port {port} on this instance: sshd is not "
+                          "running (containers do not start it by themselves).").format(
+                      port=ctx.port),
                   fallback="ssh-refused", t0=t0)
 
 
 def check_self_login(ctx: _Ctx) -> Check:
-    title = "key login to this host (BatchMode)"
+    title = _("key login to this host (BatchMode)")
     if ctx.cannot_act_as:
         return _skip("here/login", title, ctx.cannot_act_as)
     t0 = time.monotonic()
     r = ctx.sys.run(ctx.ssh("localhost", "true"), timeout=SSH_TIMEOUT)
     return _check("here/login", title, r, r.ok,
                   detail=f"{ctx.target}@localhost:{ctx.port}" if r.ok else r.last_line(),
-                  plain=f"{ctx.target} cannot log in to this instance with its key without a "
-                        "prompt; mpirun would fail the same way on every instance.",
+                  plain=_("{user} cannot log in to this instance with its key without a "
+                          "prompt; mpirun would fail the same way on every instance.").format(
+                      user=ctx.target),
                   t0=t0)
 
 
@@ -272,11 +278,12 @@ def check_ompi_ucx(ctx: _Ctx) -> Check:
     if r.ok:
         pml = tuple(parse_ompi_info(r.out).get("pml", ()))  # type: ignore[arg-type]
     ok = r.ok and "ucx" in pml
-    detail = (f"pml components: {', '.join(pml) or 'none'}" if r.ok else r.last_line())
-    return _check("here/ompi-ucx", "OpenMPI has the UCX transport (pml ucx)", r, ok,
+    detail = (_("pml components: {names}").format(names=", ".join(pml) or _("none"))
+              if r.ok else r.last_line())
+    return _check("here/ompi-ucx", _("OpenMPI has the UCX transport (pml ucx)"), r, ok,
                   detail=detail,
-                  plain="This OpenMPI cannot use UCX, so it cannot use InfiniBand: use an "
-                        "OpenMPI built with UCX (e.g. the openmpi-ib preset image).",
+                  plain=_("This OpenMPI cannot use UCX, so it cannot use InfiniBand: use an "
+                          "OpenMPI built with UCX (e.g. the openmpi-ib preset image)."),
                   fallback="pml-ucx", t0=t0)
 
 
@@ -310,12 +317,12 @@ def check_ucx_ib(ctx: _Ctx) -> Check:
     hcas = [h.name for h in ctx.facts.hcas if not h.software]
     found = ib_transports(parse_ucx_devices(r.out), hcas) if r.ok else []
     detail = (", ".join(found[:6]) + (" ..." if len(found) > 6 else "")) if found else \
-        (r.last_line() if not r.ok else "no rc/dc/ud transport on an IB device")
-    return _check("here/ucx-ib", "UCX lists an InfiniBand transport", r, bool(found),
+        (r.last_line() if not r.ok else _("no rc/dc/ud transport on an IB device"))
+    return _check("here/ucx-ib", _("UCX lists an InfiniBand transport"), r, bool(found),
                   detail=detail,
-                  plain="UCX sees no InfiniBand device here, so MPI would run over TCP: the IB "
-                        "device is not passed into the container, or the verbs libraries are "
-                        "missing.", fallback="ucx-no-transports", t0=t0)
+                  plain=_("UCX sees no InfiniBand device here, so MPI would run over TCP: the "
+                          "IB device is not passed into the container, or the verbs libraries "
+                          "are missing."), fallback="ucx-no-transports", t0=t0)
 
 
 def _job_ports(ctx: _Ctx) -> List[str]:
@@ -332,18 +339,19 @@ def check_ports(ctx: _Ctx) -> Check:
     if wanted:
         ports = [p for p in ports if p.name in wanted or p.hca in wanted]
     cmd = "cat /sys/class/infiniband/*/ports/*/state /sys/class/infiniband/*/ports/*/rate"
-    title = "InfiniBand ports are ACTIVE"
+    title = _("InfiniBand ports are ACTIVE")
     if not ports:
-        return Check("here/ib-ports", title, FAIL, cmd, "no InfiniBand port found",
-                     "This instance has no InfiniBand port: choose an instance type with IB, "
-                     "or --network tcp.", diagnoses=(explain("nccl-socket-fallback"),))
+        return Check("here/ib-ports", title, FAIL, cmd, _("no InfiniBand port found"),
+                     _("This instance has no InfiniBand port: choose an instance type with IB, "
+                       "or --network tcp."), diagnoses=(explain("nccl-socket-fallback"),))
     seen = "; ".join(f"{p.name} {p.state}" + (f" {p.rate_gbps:g} Gb/s" if p.rate_gbps else "")
                      + (f" ({p.link_layer})" if p.link_layer not in ("", "unknown") else "")
                      for p in ports)
     down = [p.name for p in ports if not p.active]
     return Check("here/ib-ports", title, FAIL if down else PASS, cmd, seen,
-                 f"Port(s) {', '.join(down)} are not ACTIVE: the cable, the switch or the subnet "
-                 "manager; ask the platform, or leave these ports out." if down else "")
+                 _("Port(s) {ports} are not ACTIVE: the cable, the switch or the subnet "
+                   "manager; ask the platform, or leave these ports out.").format(
+                     ports=", ".join(down)) if down else "")
 
 
 def check_uverbs(ctx: _Ctx) -> Check:
@@ -351,10 +359,10 @@ def check_uverbs(ctx: _Ctx) -> Check:
     script = ('set -- /dev/infiniband/uverbs*; [ -e "$1" ] || { echo "no /dev/infiniband/uverbs*"; '
               'exit 1; }; for d in "$@"; do exec 3<>"$d" || exit 1; exec 3>&-; echo "$d"; done')
     r = ctx.sys.run([*ctx.as_target, "bash", "-c", script], timeout=10)
-    return _check("here/uverbs", "RDMA devices (uverbs) open here", r, r.ok,
+    return _check("here/uverbs", _("RDMA devices (uverbs) open here"), r, r.ok,
                   detail=" ".join(r.lines()) if r.ok else r.last_line(),
-                  plain="The RDMA devices are not usable in this container: they are not passed "
-                        "in (/dev/infiniband), or this user may not open them.",
+                  plain=_("The RDMA devices are not usable in this container: they are not "
+                          "passed in (/dev/infiniband), or this user may not open them."),
                   fallback="verbs-no-driver", t0=t0)
 
 
@@ -362,10 +370,11 @@ def check_memlock(ctx: _Ctx) -> Check:
     t0 = time.monotonic()
     r = ctx.sys.run([*ctx.as_target, "bash", "-c", "ulimit -l"], timeout=10)
     value = _first_word(r.out)
-    return _check("here/memlock", "locked memory is unlimited (ulimit -l)", r,
+    return _check("here/memlock", _("locked memory is unlimited (ulimit -l)"), r,
                   r.ok and value == "unlimited", detail=f"ulimit -l: {value or '?'}",
-                  plain="RDMA pins its buffers in memory and this limit is too low: start the "
-                        "container with --ulimit memlock=-1:-1.", fallback="memlock", t0=t0)
+                  plain=_("RDMA pins its buffers in memory and this limit is too low: start "
+                          "the container with --ulimit memlock=-1:-1."), fallback="memlock",
+                  t0=t0)
 
 
 TORCH_PROBE = ("import json, sys, torch, torch.distributed as d\n"
@@ -389,23 +398,24 @@ def check_torch(ctx: _Ctx) -> List[Check]:
     torch_ok = r.ok and bool(data.get("dist"))
     if data.get("python"):
         ctx.python = str(data["python"])
-    out = [_check("here/torch", "PyTorch imports, with torch.distributed", r, torch_ok,
+    out = [_check("here/torch", _("PyTorch imports, with torch.distributed"), r, torch_ok,
                   detail=f"torch {data.get('torch')}" if data else r.last_line(),
-                  plain="python3 cannot import torch (or it lacks torch.distributed): install "
-                        "PyTorch, or start from the pytorch preset image.", t0=t0)]
-    title = "NCCL is available to torch"
+                  plain=_("python3 cannot import torch (or it lacks torch.distributed): "
+                          "install PyTorch, or start from the pytorch preset image."), t0=t0)]
+    title = _("NCCL is available to torch")
     if not torch_ok:
-        out.append(_skip("here/nccl", title, "torch does not import"))
+        out.append(_skip("here/nccl", title, _("torch does not import")))
     elif not data.get("cuda") and not ctx.facts.gpus:
-        out.append(_skip("here/nccl", title, "no GPU here: the job uses gloo, not NCCL",
+        out.append(_skip("here/nccl", title, _("no GPU here: the job uses gloo, not NCCL"),
                          command=r.command))
     else:
         ok = bool(data.get("nccl"))
         out.append(Check("here/nccl", title, PASS if ok else FAIL, r.command,
                          f"NCCL {data.get('nccl_version') or '?'}" if ok else
-                         "torch.distributed.is_nccl_available() is False",
-                         "" if ok else "This PyTorch has no NCCL: install a CUDA build of "
-                         "PyTorch matching the driver."))
+                         _("{call} is False").format(
+                             call="torch.distributed.is_nccl_available()"),
+                         "" if ok else _("This PyTorch has no NCCL: install a CUDA build of "
+                                         "PyTorch matching the driver.")))
     return out
 
 
@@ -434,35 +444,39 @@ def peer_checks(ctx: _Ctx, host: str) -> List[Check]:
     t0 = time.monotonic()
     r = ctx.sys.run(["getent", "hosts", host], timeout=10)
     addr = _first_word(r.out).split()[0] if r.ok and r.out.strip() else ""
-    out.append(_check(f"peer/{host}/resolve", f"{host}: name resolves", r, bool(addr),
-                      detail=addr or "no address", host=host, fallback="name-unresolved",
-                      plain=f"{host} has no address here (not in DNS, not in /etc/hosts): the "
-                            "instance does not exist, is not up yet, or the name is wrong.",
+    port_title = _("{host}: SSH port {port} answers").format(host=host, port=ctx.port)
+    title = _("{host}: key login returns its name").format(host=host)
+    out.append(_check(f"peer/{host}/resolve", _("{host}: name resolves").format(host=host), r,
+                      bool(addr), detail=addr or _("no address"), host=host,
+                      fallback="name-unresolved",
+                      plain=_("{host} has no address here (not in DNS, not in /etc/hosts): the "
+                              "instance does not exist, is not up yet, or the name is "
+                              "wrong.").format(host=host),
                       t0=t0))
     soft = ctx.framework == "pytorch"
     if not addr:
-        out.append(_skip(f"peer/{host}/port", f"{host}: SSH port {ctx.port} answers",
-                         "the name does not resolve", host))
-        out.append(_skip(f"peer/{host}/login", f"{host}: key login returns its name",
-                         "the name does not resolve", host))
+        out.append(_skip(f"peer/{host}/port", port_title, _("the name does not resolve"), host))
+        out.append(_skip(f"peer/{host}/login", title, _("the name does not resolve"), host))
         return out
     t0 = time.monotonic()
     r = ctx.sys.run(["timeout", str(CONNECT_TIMEOUT), "bash", "-c",
                      f": </dev/tcp/{host}/{ctx.port}"], timeout=CONNECT_TIMEOUT + 2)
     timed_out = r.rc == 124
-    c = _check(f"peer/{host}/port", f"{host}: SSH port {ctx.port} answers", r, r.ok,
-               detail=f"{addr}:{ctx.port} answers" if r.ok else
-               ("no answer within %ds" % CONNECT_TIMEOUT if timed_out else r.last_line()),
+    c = _check(f"peer/{host}/port", port_title, r, r.ok,
+               detail=_("{address} answers").format(address=f"{addr}:{ctx.port}") if r.ok else
+               (_("no answer within {seconds}s").format(seconds=CONNECT_TIMEOUT) if timed_out
+                else r.last_line()),
                host=host, fallback="ssh-timeout" if timed_out else "ssh-refused",
-               plain=(f"{host} ({addr}) does not answer on port {ctx.port}: sshd is not running "
-                      "there" + (", or a firewall drops the traffic" if timed_out else "") + "."),
+               plain=(_("{host} ({address}) does not answer on port {port}: sshd is not "
+                        "running there, or a firewall drops the traffic.") if timed_out else
+                      _("{host} ({address}) does not answer on port {port}: sshd is not "
+                        "running there.")).format(host=host, address=addr, port=ctx.port),
                t0=t0, status=(SKIP if soft and not r.ok else None))
     out.append(c)
     if not r.ok:
-        out.append(_skip(f"peer/{host}/login", f"{host}: key login returns its name",
-                         f"port {ctx.port} does not answer", host))
+        out.append(_skip(f"peer/{host}/login", title,
+                         _("port {port} does not answer").format(port=ctx.port), host))
         return out
-    title = f"{host}: key login returns its name"
     if ctx.cannot_act_as:
         out.append(_skip(f"peer/{host}/login", title, ctx.cannot_act_as, host))
         return out
@@ -472,14 +486,17 @@ def peer_checks(ctx: _Ctx, host: str) -> List[Check]:
     same = bool(got) and (_short(got) == _short(host) or got.lower() == host.lower())
     if r.ok and not same:
         out.append(Check(f"peer/{host}/login", title, FAIL, r.command,
-                         f"reached {got!r}", f"ssh {host} reached a host that calls itself "
-                         f"{got!r}: the name {host} points at another instance (stale DNS or "
-                         "/etc/hosts entry).", host, seconds=time.monotonic() - t0))
+                         _("reached {name!r}").format(name=got),
+                         _("ssh {host} reached a host that calls itself {name!r}: the name "
+                           "{host} points at another instance (stale DNS or /etc/hosts "
+                           "entry).").format(host=host, name=got),
+                         host, seconds=time.monotonic() - t0))
         return out
     out.append(_check(f"peer/{host}/login", title, r, r.ok, detail=got or r.last_line(),
                       host=host, t0=t0, status=(SKIP if soft and not r.ok else None),
-                      plain=f"{ctx.target} cannot log in to {host} with its key without a "
-                            "prompt, so mpirun cannot start ranks there."))
+                      plain=_("{user} cannot log in to {host} with its key without a "
+                              "prompt, so mpirun cannot start ranks there.").format(
+                          user=ctx.target, host=host)))
     return out
 
 
@@ -509,12 +526,12 @@ def check_mpirun(ctx: _Ctx, hosts: Hosts) -> Check:
     got = sorted({_short(x) for x in names})
     want = sorted({_short(x) for x in hosts.names})
     ok = r.ok and len(names) == n and got == want
-    detail = (f"{n} ranks on {', '.join(got)}" if ok else
-              (f"ran on {', '.join(got)}" if r.ok else r.last_line()))
-    return _check("cluster/mpirun", f"mpirun starts a process on all {n} hosts", r, ok,
-                  detail=detail, fallback="mpi-daemons", t0=t0,
-                  plain="mpirun could not start processes on every instance; the diagnosis "
-                        "below names the reason.")
+    detail = (_("{n} ranks on {hosts}").format(n=n, hosts=", ".join(got)) if ok else
+              (_("ran on {hosts}").format(hosts=", ".join(got)) if r.ok else r.last_line()))
+    return _check("cluster/mpirun", _("mpirun starts a process on all {n} hosts").format(n=n),
+                  r, ok, detail=detail, fallback="mpi-daemons", t0=t0,
+                  plain=_("mpirun could not start processes on every instance; the diagnosis "
+                          "below names the reason."))
 
 
 MPI_ALLREDUCE_C = r"""#include <mpi.h>
@@ -574,9 +591,10 @@ def _cache_path(ctx: _Ctx, name: str, text: str) -> str:
 
 def check_mpi_transport(ctx: _Ctx, hosts: Hosts) -> Check:
     """Over IB: an MPI all-reduce across two instances with UCX logging: IB or TCP?"""
-    title = "MPI over UCX uses InfiniBand between instances"
+    title = _("MPI over UCX uses InfiniBand between instances")
     if len(hosts.names) < 2:
-        return _skip("cluster/mpi-transport", title, "one host: nothing crosses the network")
+        return _skip("cluster/mpi-transport", title,
+                     _("one host: nothing crosses the network"))
     src = _cache_path(ctx, "allreduce.c", MPI_ALLREDUCE_C)
     exe = src[:-2]
     t0 = time.monotonic()
@@ -587,7 +605,8 @@ def check_mpi_transport(ctx: _Ctx, hosts: Hosts) -> Check:
                         timeout=60, stdin=MPI_ALLREDUCE_C.encode())
         if not r.ok:
             return _skip("cluster/mpi-transport", title,
-                         f"cannot build the test program with mpicc: {r.last_line()}",
+                         _("cannot build the test program with mpicc: {error}").format(
+                             error=r.last_line()),
                          command=r.command)
     pair = list(hosts.names[:2])
     try:
@@ -599,12 +618,13 @@ def check_mpi_transport(ctx: _Ctx, hosts: Hosts) -> Check:
         if failed is not None:
             return _check("cluster/mpi-transport", title, failed, False, t0=t0,
                           detail=failed.last_line(),
-                          plain="Could not copy the MPI test program to the other instance.")
+                          plain=_("Could not copy the MPI test program to the other "
+                                  "instance."))
     hf = ctx.sys.write_temp("hostfile-2", "".join(f"{h} slots=1\n" for h in pair))
     argv = _mpirun_base(ctx, hf, 2) + ["--map-by", "node", "--mca", "pml", "ucx",
                                        "-x", "UCX_LOG_LEVEL=info"]
     passed = {a for i, a in enumerate(argv) if i and argv[i - 1] == "-x"}
-    for k, _ in ctx.plan.launch_env:
+    for k, _v in ctx.plan.launch_env:
         if k not in passed:
             argv += ["-x", k]
     argv.append(exe)
@@ -612,12 +632,13 @@ def check_mpi_transport(ctx: _Ctx, hosts: Hosts) -> Check:
                                                     "UCX_LOG_LEVEL": "info"})
     used = transport_from_ucx_log(r.out)
     ok = r.ok and used == "ib"
-    detail = {"ib": "UCX chose InfiniBand", "tcp": "UCX fell back to TCP"}.get(
-        used, "the UCX log does not say which transport") if r.ok else r.last_line()
+    detail = {"ib": _("UCX chose InfiniBand"), "tcp": _("UCX fell back to TCP")}.get(
+        used, _("the UCX log does not say which transport")) if r.ok else r.last_line()
     return _check("cluster/mpi-transport", title, r, ok, detail=detail, t0=t0,
                   fallback="ucx-no-transports",
-                  plain="MPI between instances does not use InfiniBand (it runs, but over TCP)"
-                        if r.ok else "The MPI test job failed; the diagnosis names the reason.")
+                  plain=_("MPI between instances does not use InfiniBand (it runs, but over "
+                          "TCP)") if r.ok else
+                  _("The MPI test job failed; the diagnosis names the reason."))
 
 
 ALLREDUCE_PY = """import os, torch, torch.distributed as dist
@@ -646,14 +667,14 @@ def check_torch_allreduce(ctx: _Ctx, hosts: Hosts, here: str) -> List[Check]:
     """Two processes, one on this host and one on another, through the launch script."""
     from .launch import launch_script
 
-    title = "torch.distributed all_reduce across two instances"
+    title = _("torch.distributed all_reduce across two instances")
     tid, xid = "cluster/torch-allreduce", "cluster/nccl-transport"
-    xtitle = "NCCL uses InfiniBand between instances"
+    xtitle = _("NCCL uses InfiniBand between instances")
     if len(hosts.names) < 2:
-        return [_skip(tid, title, "one host: nothing crosses the network")]
+        return [_skip(tid, title, _("one host: nothing crosses the network"))]
     if here not in hosts.names:
-        return [_skip(tid, title, f"this host ({here}) is not one of the job's hosts: run "
-                      "verify on one of them")]
+        return [_skip(tid, title, _("this host ({host}) is not one of the job's hosts: run "
+                                    "verify on one of them").format(host=here))]
     other = next(h for h in hosts.names if h != here)
     script = launch_script(ctx.plan)
     spath = _cache_path(ctx, "launch.sh", script)
@@ -666,9 +687,10 @@ def check_torch_allreduce(ctx: _Ctx, hosts: Hosts, here: str) -> List[Check]:
                         timeout=10, stdin=text.encode())
         failed = _spread(ctx, [other], path, text.encode())
         if failed is not None:
-            return [_skip(tid, title, f"cannot copy the test to {other} over SSH "
-                          f"({failed.last_line()}); run the launch script on both instances "
-                          "yourself", command=failed.command)]
+            return [_skip(tid, title, _("cannot copy the test to {host} over SSH ({error}); "
+                                        "run the launch script on both instances "
+                                        "yourself").format(host=other, error=failed.last_line()),
+                          command=failed.command)]
     pair = f"{here},{other}"
     env = {"NCCL_DEBUG": "INFO", "HOSTS": pair, "WAIT_TRIES": "5"}
     envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
@@ -688,23 +710,25 @@ def check_torch_allreduce(ctx: _Ctx, hosts: Hosts, here: str) -> List[Check]:
           and all(x.get("sum") == x.get("expected") for x in results))
     both = Ran(r_local.argv, r_local.rc or r_remote.rc, r_local.out + "\n" + r_remote.out)
     backend = results[0].get("backend", "") if results else ""
-    detail = (f"{backend}: sum {results[0].get('sum')} on both ranks, as expected" if ok else
-              (f"results: {results}" if results else both.last_line()))
+    detail = (_("{backend}: sum {sum} on both ranks, as expected").format(
+        backend=backend, sum=results[0].get("sum")) if ok else
+              (_("results: {results}").format(results=results) if results
+               else both.last_line()))
     command = shlex.join(local) + "  &  " + shlex.join(remote)
     out = [_check(tid, title, both, ok, detail=detail, t0=t0, command=command,
                   fallback="nccl-no-socket",
-                  plain="The two-instance all_reduce did not complete: the diagnosis names the "
-                        "reason (rendezvous port, interface, NCCL/gloo).")]
+                  plain=_("The two-instance all_reduce did not complete: the diagnosis names "
+                          "the reason (rendezvous port, interface, NCCL/gloo)."))]
     if ctx.network == "ib":
         if backend != "nccl":
-            out.append(_skip(xid, xtitle, "gloo on CPU does not use InfiniBand"))
+            out.append(_skip(xid, xtitle, _("gloo on CPU does not use InfiniBand")))
         else:
             used = transport_from_nccl_log(both.out)
             out.append(Check(xid, xtitle, PASS if used == "ib" else FAIL, command,
-                             {"ib": "NCCL chose IB", "tcp": "NCCL fell back to sockets (TCP)"}
-                             .get(used, "the NCCL log does not say"),
-                             "" if used == "ib" else "NCCL between instances does not use "
-                             "InfiniBand: the job runs, but slowly.",
+                             {"ib": _("NCCL chose IB"), "tcp": _("NCCL fell back to sockets (TCP)")}
+                             .get(used, _("the NCCL log does not say")),
+                             "" if used == "ib" else _("NCCL between instances does not use "
+                                                       "InfiniBand: the job runs, but slowly."),
                              diagnoses=() if used == "ib" else
                              tuple(diagnose(both.lines(), scope="job")) or
                              (explain("nccl-socket-fallback"),)))
@@ -748,21 +772,25 @@ def verify(plan: Plan, facts: Facts, hosts: Optional[Hosts] = None,
         cluster: List[Check] = []
         if ctx.framework == "mpi":
             if not reachable:
-                cluster.append(_skip("cluster/mpirun", f"mpirun starts a process on all "
-                                     f"{len(names)} hosts", "an SSH check above failed"))
+                cluster.append(_skip("cluster/mpirun", _(
+                    "mpirun starts a process on all {n} hosts").format(n=len(names)),
+                    _("an SSH check above failed")))
             elif ctx.cannot_act_as:
-                cluster.append(_skip("cluster/mpirun", "mpirun across hosts", ctx.cannot_act_as))
+                cluster.append(_skip("cluster/mpirun", _("mpirun across hosts"),
+                                     ctx.cannot_act_as))
             else:
                 cluster.append(check_mpirun(ctx, hosts))
                 if ctx.network == "ib":
                     cluster.append(check_mpi_transport(ctx, hosts) if cluster[-1].status == PASS
-                                   else _skip("cluster/mpi-transport", "MPI over UCX uses "
-                                              "InfiniBand between instances", "mpirun failed"))
+                                   else _skip("cluster/mpi-transport", _(
+                                       "MPI over UCX uses InfiniBand between instances"),
+                                       _("mpirun failed")))
         else:
             torch_ok = any(c.id == "here/torch" and c.status == PASS for c in here)
-            title = "torch.distributed all_reduce across two instances"
+            title = _("torch.distributed all_reduce across two instances")
             if not torch_ok:
-                cluster.append(_skip("cluster/torch-allreduce", title, "torch does not import"))
+                cluster.append(_skip("cluster/torch-allreduce", title,
+                                     _("torch does not import")))
             elif ctx.cannot_act_as:
                 cluster.append(_skip("cluster/torch-allreduce", title, ctx.cannot_act_as))
             else:
@@ -771,9 +799,9 @@ def verify(plan: Plan, facts: Facts, hosts: Optional[Hosts] = None,
                           if c.id.endswith("/login") and c.status == PASS}
                 others = [h for h in names if h != here_name and h in logins]
                 if here_name and not others:
-                    cluster.append(_skip("cluster/torch-allreduce", title,
-                                         "no other instance accepts an SSH login, which verify "
-                                         "needs to start its test there"))
+                    cluster.append(_skip("cluster/torch-allreduce", title, _(
+                        "no other instance accepts an SSH login, which verify needs to start "
+                        "its test there")))
                 else:
                     pick = Hosts(tuple([here_name] + others[:1]) if here_name else hosts.names,
                                  hosts.source)

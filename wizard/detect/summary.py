@@ -1,4 +1,5 @@
-"""Facts as a plain-text summary a person can read in a terminal (English for now).
+"""Facts as a plain-text summary a person can read in a terminal, in the chosen language
+(labels and words; names, versions and the probes' notes as detected).
 
     System
       OS             Debian GNU/Linux 12 (bookworm)  [debian 12, family debian, apt]
@@ -13,13 +14,16 @@ from __future__ import annotations
 from typing import Iterable, List, Optional, Tuple
 
 from ..facts import Facts
+from ..i18n import _, ljust, width
 from .core import NO_COMMANDS_NOTE
 
 LABEL = 14  # label column width
 
 
-def _yes_no(value: Optional[bool], yes: str = "yes", no: str = "no", unknown: str = "unknown") -> str:
-    return unknown if value is None else (yes if value else no)
+def _yes_no(value: Optional[bool], yes: str = "", no: str = "", unknown: str = "") -> str:
+    if value is None:
+        return unknown or _("unknown")
+    return (yes or _("yes")) if value else (no or _("no"))
 
 
 def _or(value: str, fallback: str) -> str:
@@ -28,7 +32,7 @@ def _or(value: str, fallback: str) -> str:
 
 def _mem(mib: Optional[int]) -> str:
     if mib is None:
-        return "unknown"
+        return _("unknown")
     if mib >= 1024:
         return f"{mib / 1024:.1f} GiB ({mib} MiB)"
     return f"{mib} MiB"
@@ -37,7 +41,7 @@ def _mem(mib: Optional[int]) -> str:
 def _section(title: str, rows: Iterable[Tuple[str, str]]) -> List[str]:
     lines = [title]
     for label, value in rows:
-        lines.append(f"  {label:<{LABEL}} {value}".rstrip())
+        lines.append(f"  {ljust(label, LABEL)} {value}".rstrip())
     return lines
 
 
@@ -45,10 +49,10 @@ def _table(rows: List[List[str]]) -> List[str]:
     """Left-aligned columns, two spaces apart, indented like section rows."""
     if not rows:
         return []
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    widths = [max(width(r[i]) for r in rows) for i in range(len(rows[0]))]
     widths[0] = max(widths[0], LABEL - 1)  # second column lines up with section values
     return [
-        ("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths))).rstrip() for r in rows
+        ("  " + "  ".join(ljust(c, w) for c, w in zip(r, widths))).rstrip() for r in rows
     ]
 
 
@@ -58,84 +62,88 @@ def format_summary(facts: Facts, ssh_port: int = 2222) -> str:
     out: List[str] = []
     # Without commands, an empty version means "not checked", not "not installed".
     checked = not any(n.startswith(NO_COMMANDS_NOTE) for n in facts.notes)
-    missing = "not found" if checked else "not checked (commands were not run)"
+    missing = _("not found") if checked else _("not checked (commands were not run)")
 
     os_detail = ", ".join(
         x for x in (
             f"{o.id} {o.version_id}".strip(),
-            f"family {o.family}",
-            o.package_manager or "no package manager found",
+            _("family {family}").format(family=o.family),
+            o.package_manager or _("no package manager found"),
         ) if x
     )
     sudo_text = {
-        "root": "root (can change the system)",
-        "nopasswd": "sudo without password",
-        "password": "sudo with password",
-        "none": "no sudo: cannot change the system",
-        "unknown": "sudo unknown",
+        "root": _("root (can change the system)"),
+        "nopasswd": _("sudo without password"),
+        "password": _("sudo with password"),
+        "none": _("no sudo: cannot change the system"),
+        "unknown": _("sudo unknown"),
     }.get(u.sudo, u.sudo)
-    out += _section("System", [
-        ("OS", f"{_or(o.pretty_name, o.id)}  [{os_detail}]"),
-        ("Host name", _or(facts.hostname, "unknown")),
-        ("User", f"{u.name} (uid {u.uid}, gid {u.gid}, home {_or(u.home, 'unknown')})"),
-        ("Privileges", sudo_text),
-        ("Container", r.container),
-        ("PID 1", _or(r.pid1, "unknown") + (" (systemd)" if r.systemd else "")),
+    unknown = _("unknown")
+    out += _section(_("System"), [
+        (_("OS"), f"{_or(o.pretty_name, o.id)}  [{os_detail}]"),
+        (_("Host name"), _or(facts.hostname, unknown)),
+        (_("User"), _("{name} (uid {uid}, gid {gid}, home {home})").format(
+            name=u.name, uid=u.uid, gid=u.gid, home=_or(u.home, unknown))),
+        (_("Privileges"), sudo_text),
+        (_("Container"), r.container),
+        ("PID 1", _or(r.pid1, unknown) + (" (systemd)" if r.systemd else "")),
         ("Jupyter", _yes_no(r.jupyter)),
-        ("CPUs", "unknown" if facts.cpus is None else str(facts.cpus)),
-        ("Memory", _mem(facts.memory_mib)),
+        (_("CPUs"), unknown if facts.cpus is None else str(facts.cpus)),
+        (_("Memory"), _mem(facts.memory_mib)),
     ])
 
     out.append("")
-    out.append("Network")
+    out.append(_("Network"))
     if facts.ifaces:
         out += _table([
-            [i.name, i.state, ", ".join(i.addresses) or "(no address)"] for i in facts.ifaces
+            [i.name, i.state, ", ".join(i.addresses) or _("(no address)")] for i in facts.ifaces
         ])
     else:
-        out.append("  (no interfaces found)")
+        out.append("  " + _("(no interfaces found)"))
 
     out.append("")
     out.append("GPUs")
     if facts.gpus:
         rows = []
         for g in facts.gpus:
-            mem = "memory unknown" if g.memory_mib is None else f"{g.memory_mib} MiB"
+            mem = _("memory unknown") if g.memory_mib is None else f"{g.memory_mib} MiB"
             extra = ", ".join(x for x in (
-                f"driver {g.driver}" if g.driver else "", f"CUDA {g.cuda}" if g.cuda else ""
+                _("driver {version}").format(version=g.driver) if g.driver else "",
+                f"CUDA {g.cuda}" if g.cuda else ""
             ) if x)
             rows.append([f"GPU {g.index}", g.name, mem, extra])
         out += _table(rows)
     else:
-        out.append("  (none)")
+        out.append("  " + _("(none)"))
 
     out.append("")
     out.append("RDMA")
     if facts.hcas:
         rows = []
         for h in facts.hcas:
-            kind = "software" if h.software else "hardware"
+            kind = _("software") if h.software else _("hardware")
             detail = ", ".join(x for x in (
                 h.driver, f"fw {h.fw_version}" if h.fw_version else "", kind) if x)
             if not h.ports:
-                rows.append([h.name, "(no ports)", "", "", "", "", detail])
+                rows.append([h.name, _("(no ports)"), "", "", "", "", detail])
             for p in h.ports:
-                rate = "rate unknown" if p.rate_gbps is None else f"{p.rate_gbps:g} Gb/s"
+                rate = _("rate unknown") if p.rate_gbps is None else f"{p.rate_gbps:g} Gb/s"
                 rows.append([p.name, p.state, p.phys_state, rate, p.link_layer,
                              p.netdev or "-", detail])
         out += _table(rows)
     else:
-        out.append("  (no RDMA devices)")
+        out.append("  " + _("(no RDMA devices)"))
     if rd.memlock_unlimited:
-        memlock = "unlimited"
+        memlock = _("unlimited")
     elif rd.memlock_kib is not None:
         memlock = f"{rd.memlock_kib} KiB"
     else:
-        memlock = "unknown"
+        memlock = unknown
     out += _section("", [
-        ("uverbs", ", ".join(rd.uverbs) or "none in /dev/infiniband"),
+        ("uverbs", ", ".join(rd.uverbs) or _("none in /dev/infiniband")),
         ("memlock", memlock),
-        ("GPUDirect", "nvidia_peermem loaded" if rd.peermem else "nvidia_peermem not loaded"),
+        ("GPUDirect", _("nvidia_peermem loaded") if rd.peermem else
+         _("nvidia_peermem not loaded")),
     ])[1:]
 
     mpi = missing
@@ -152,31 +160,31 @@ def format_summary(facts: Facts, ssh_port: int = 2222) -> str:
             ucx += f" (transports: {', '.join(s.ucx_transports)})"
     torch = missing
     if s.torch_version:
-        bits = [f"CUDA {s.torch_cuda}" if s.torch_cuda else "CPU only",
-                f"NCCL {s.nccl_version}" if s.nccl_version else "no NCCL"]
+        bits = [f"CUDA {s.torch_cuda}" if s.torch_cuda else _("CPU only"),
+                f"NCCL {s.nccl_version}" if s.nccl_version else _("no NCCL")]
         torch = f"{s.torch_version} ({', '.join(bits)})"
-    sshd = "not installed"
+    sshd = _("not installed")
     if s.sshd_path:
         sshd = s.sshd_path + (f" ({s.sshd_version})" if s.sshd_version else "")
-    packages = "unknown" if s.packages is None else f"{len(s.packages)} installed"
+    packages = unknown if s.packages is None else _("{n} installed").format(n=len(s.packages))
     out.append("")
-    out += _section("Software", [
+    out += _section(_("Software"), [
         ("ssh", _or(s.ssh_version, missing)),
         ("sshd", sshd),
-        (f"port {ssh_port}", _yes_no(s.ssh_port_listening, "something is listening",
-                                     "nothing is listening")),
+        (_("port {port}").format(port=ssh_port),
+         _yes_no(s.ssh_port_listening, _("something is listening"), _("nothing is listening"))),
         ("MPI", mpi),
         ("UCX", ucx),
         ("PyTorch", torch),
-        ("Packages", packages),
+        (_("Packages"), packages),
     ])
 
     if facts.warnings:
         out.append("")
-        out.append("Warnings")
+        out.append(_("Warnings"))
         out += [f"  ! {w}" for w in facts.warnings]
     if facts.notes:
         out.append("")
-        out.append("Notes")
+        out.append(_("Notes"))
         out += [f"  - {n}" for n in facts.notes]
     return "\n".join(out) + "\n"
