@@ -1,4 +1,4 @@
-"""Issue 6, security checks that need no root (the system ones: tests/system/test_security.py).
+"""Issue 6, security checks that need no root (the system ones: tests/system/test_system_security.py).
 
 - Every value reaching a shell is validated or quoted: names like `x;touch PWNED`,
   `$(touch PWNED)`, backticks, newlines and quotes are fed through every CLI option, the

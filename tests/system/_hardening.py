@@ -1,4 +1,4 @@
-"""Helpers shared by the issue-6 system tests (test_interrupt, test_faults, test_security):
+"""Helpers shared by the issue-6 system tests (test_interrupt, test_faults, test_system_security):
 running the installed hpcwizard in the background, holding a step at a chosen command
 (test-only, through BASH_ENV: the shell text that runs stays exactly what plan shows),
 killing a process tree, and installing the plan's packages for a module. Not a test module.

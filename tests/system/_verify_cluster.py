@@ -1,5 +1,5 @@
-"""Helpers for the verify and launch system tests (tests/system/test_verify.py,
-test_launch.py): a netns Cluster with its own namespace prefix, subnet and /etc/hosts mark
+"""Helpers for the verify and launch system tests (tests/system/test_system_verify.py,
+test_system_launch.py): a netns Cluster with its own namespace prefix, subnet and /etc/hosts mark
 (so that it never touches the apply tests' cluster), and a module fixture that applies the
 MPI/TCP configuration for root for real and undoes it afterwards.
 
