@@ -15,7 +15,6 @@ import contextlib
 import datetime as _dt
 import json
 import os
-import signal
 import threading
 import time
 from importlib import resources as _resources
@@ -103,21 +102,10 @@ class StoppableRunner:
         return code
 
     def interrupt(self) -> None:
+        from hpcwizard.apply import interrupt_step
+
         self.stopping.set()
-        child = getattr(self.inner, "child", None)
-        if child is None:
-            return
-        with contextlib.suppress(ProcessLookupError, OSError):
-            child.send_signal(signal.SIGINT)
-
-        def escalate() -> None:
-            with contextlib.suppress(Exception):
-                child.wait(timeout=self.GRACE)
-                return
-            with contextlib.suppress(ProcessLookupError, OSError):
-                child.send_signal(signal.SIGTERM)
-
-        threading.Thread(target=escalate, daemon=True).start()
+        interrupt_step(self.inner, self.GRACE)
 
     def reset(self) -> None:
         self.stopping.clear()

@@ -341,33 +341,22 @@ async def test_sudo_password_is_asked_once_before_the_run(tmp_path):
     assert asked == [1, 1]
 
 
-class _Child:
-    def __init__(self) -> None:
-        self.released = threading.Event()
-        self.signals: List[int] = []
-
-    def send_signal(self, sig: int) -> None:
-        self.signals.append(sig)
-        self.released.set()
-
-    def wait(self, timeout=None) -> int:
-        return 0
-
-
 class HangingRunner(FakeRunner):
-    """The first run hangs until its child gets a signal (as Ctrl+C delivers)."""
+    """The first run is a real `sleep` in a process group of its own (as ShellRunner runs a
+    step) and lasts until that group gets a signal, as Ctrl+C delivers."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.child = _Child()
+        self.child = None
         self.started = threading.Event()
 
     def run(self, as_, text, on_line):
         self.calls.append(("run", as_, text))
+        self.child = subprocess.Popen(["sleep", "30"], start_new_session=True)
         on_line("working...")
         self.started.set()
-        self.child.released.wait(10)
-        return 130
+        code = self.child.wait(timeout=20)
+        return 130 if code < 0 else code
 
 
 @sync
@@ -388,13 +377,13 @@ async def test_ctrl_c_asks_before_stopping_a_running_step(tmp_path):
         await wait_for(pilot, lambda: name(app) == "ConfirmScreen")
         await pilot.press("n")  # keep running
         await pilot.pause(0.1)
-        assert app.running and not runner.child.signals
+        assert app.running and runner.child.poll() is None
         await pilot.press("ctrl+c")
         await wait_for(pilot, lambda: name(app) == "ConfirmScreen")
         await pilot.press("y")
         await wait_for(pilot, lambda: app.run_status == "interrupted")
         await pilot.pause()
-        assert runner.child.signals[0] == signal.SIGINT
+        assert runner.child.returncode == -signal.SIGINT  # the step's group got SIGINT
         assert app.screen.status[0] == "interrupted"
         assert app.record.data["status"] == "interrupted"
         assert "Stopped" in text_of(app.screen.query_one("#run-diagnosis"))

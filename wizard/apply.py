@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import sys
 import time
 from dataclasses import dataclass, field
@@ -132,6 +133,24 @@ class ShellRunner:
             raise
         finally:
             self.child = None
+
+
+def interrupt_step(runner: object, grace: float = 5.0) -> None:
+    """Stop the step a runner is running, as Ctrl-C in a terminal would: SIGINT to the
+    step's whole process group, SIGTERM after grace seconds. For front ends where Ctrl-C is
+    a key, not a signal (the TUI)."""
+    proc = getattr(runner, "child", None)
+    if proc is None:
+        return
+    _signal_group(proc, signal.SIGINT)
+
+    def escalate() -> None:
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc, signal.SIGTERM)
+
+    threading.Thread(target=escalate, daemon=True).start()
 
 
 def _own_process_group() -> dict:
