@@ -9,6 +9,8 @@ from typing import List
 from . import __version__
 from .i18n import _, comment, field
 from .plan import Plan
+from .dockerfile import dockerfile
+from .launch import launch_script
 
 _DELIM = "HPCWIZARD_STEP"
 
@@ -100,17 +102,8 @@ def setup_script(plan: Plan) -> str:
 def export_formats() -> "dict[str, object]":
     """Every export format by name -> function(plan) -> text. One registry for the CLI and
     the TUI; the dockerfile and launch formats live in their own modules."""
-    formats: "dict[str, object]" = {"setup": setup_script}
-    try:
-        from .dockerfile import dockerfile
-        formats["dockerfile"] = dockerfile
-    except ImportError:
-        pass
-    try:
-        from .launch import launch_script
-        formats["launch"] = launch_script
-    except ImportError:
-        pass
+    formats: "dict[str, object]" = {"setup": setup_script, "dockerfile": dockerfile,
+                                    "launch": launch_script}
     return formats
 
 

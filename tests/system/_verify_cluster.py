@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Iterator, List
@@ -17,23 +16,11 @@ from typing import Iterator, List
 import pytest
 
 from netns import Cluster, strip_block
+from test_apply_mpi_tcp import show, wizard_exe  # noqa: F401  (re-exported)
 
 PORT = 2222
 MARK = "hpcwizard-verify-test"
 OTHER_PREFIX = "hpcwt-"  # the apply tests' namespaces: wait while they exist
-
-
-def wizard_exe() -> str:
-    exe = Path(sys.executable).with_name("hpcwizard")
-    found = str(exe) if exe.exists() else shutil.which("hpcwizard")
-    assert found, "the hpcwizard console script is not installed: pip install -e ."
-    return found
-
-
-def show(proc: subprocess.CompletedProcess) -> str:
-    args = proc.args if isinstance(proc.args, str) else " ".join(map(str, proc.args))
-    return (f"\n$ {args}\n-> exit {proc.returncode}\n--- stdout:\n{proc.stdout[-6000:]}"
-            f"\n--- stderr:\n{proc.stderr[-4000:]}")
 
 
 class VCluster(Cluster):
