@@ -1,80 +1,20 @@
 """verify with a fake System: which check fails, with which diagnosis; the bound on
 concurrency; IB and PyTorch checks; the transport parsers; no printing."""
 import dataclasses
-import threading
-import time
+import subprocess
 from pathlib import Path
 
 from _core_fixtures import ROOT, facts
+from _verify_fixtures import FakeSystem
 from hpcwizard.catalog import load_catalog
 from hpcwizard.choices import make_choices
 from hpcwizard.facts import Hca, Port, Rdma
 from hpcwizard.hosts import Hosts
 from hpcwizard.plan import build_plan
-from hpcwizard.verify import (FAIL, PASS, SKIP, Ran, System, transport_from_nccl_log,
+from hpcwizard.verify import (FAIL, PASS, SKIP, transport_from_nccl_log,
                               transport_from_ucx_log, verify)
 
 OUT = Path(__file__).parent / "fixtures" / "outputs"
-
-
-class FakeSystem(System):
-    """Peers: name -> state ('ok', 'down', 'noname', 'nokey', 'wrong'); commands answered
-    from those states. Records every argv and the highest number of calls in flight."""
-
-    def __init__(self, peers, answers=None):
-        self.peers = peers
-        self.answers = answers or {}
-        self.calls = []
-        self.inflight = 0
-        self.max_inflight = 0
-        self.lock = threading.Lock()
-
-    def uid(self):
-        return 0
-
-    def user(self):
-        return "root"
-
-    def write_temp(self, name, text, mode=0o644):
-        return f"/tmp/fake/{name}"
-
-    def run(self, argv, timeout=10.0, env=None, stdin=None):
-        argv = tuple(argv)
-        with self.lock:
-            self.calls.append(argv)
-            self.inflight += 1
-            self.max_inflight = max(self.max_inflight, self.inflight)
-        try:
-            time.sleep(0.01)
-            return self._answer(argv)
-        finally:
-            with self.lock:
-                self.inflight -= 1
-
-    def _answer(self, argv):
-        for key, ran in self.answers.items():
-            if key in " ".join(argv):
-                return Ran(argv, *ran)
-        if argv[0] == "getent":
-            host = argv[2]
-            if self.peers.get(host) == "noname":
-                return Ran(argv, 2, "")
-            return Ran(argv, 0, f"10.0.0.{list(self.peers).index(host) + 1} {host}\n")
-        if argv[0] == "timeout":
-            target = argv[-1].split("/dev/tcp/")[1].split("/")[0]
-            if self.peers.get(target) == "down":
-                return Ran(argv, 1, f"bash: line 1: /dev/tcp/{target}/2222: Connection refused")
-            return Ran(argv, 0, "")
-        if argv[0] == "ssh":
-            host = argv[argv.index("-p") + 2]
-            if self.peers.get(host) == "nokey":
-                return Ran(argv, 255, f"root@{host}: Permission denied (publickey).")
-            if self.peers.get(host) == "wrong":
-                return Ran(argv, 0, "someone-else\n")
-            return Ran(argv, 0, f"{host}\n" if argv[-1] == "hostname" else "")
-        if argv[0] == "mpirun":
-            return Ran(argv, 0, "".join(f"{h}\n" for h in self.peers))
-        return Ran(argv, 127, f"{argv[0]}: command not found")
 
 
 def plan(framework="mpi", network="tcp", f=None):
@@ -220,3 +160,78 @@ def test_cli_formats_and_exits(monkeypatch, capsys):
     import json
     data = json.loads(capsys.readouterr().out)
     assert rc == 0 and data["ok"] and data["hosts"]["source"] == "--hosts"
+
+
+def test_stop_kills_the_commands_in_flight_and_refuses_new_ones():
+    """The wizard's quit during a verification: a real `sleep` (standing in for an ssh that
+    waits on a dead peer) is killed with its process group; a later command does not start."""
+    import threading
+    import time
+
+    from hpcwizard.verify import System
+
+    system = System()
+    results = []
+    worker = threading.Thread(target=lambda: results.append(
+        system.run(["bash", "-c", "sleep 60 & wait"], timeout=60)))
+    t0 = time.monotonic()
+    worker.start()
+    while not system._running and time.monotonic() - t0 < 10:
+        time.sleep(0.01)
+    assert system._running, "the command did not start"
+    pid = next(iter(system._running))
+    system.stop()
+    worker.join(10)
+    assert not worker.is_alive() and time.monotonic() - t0 < 10
+    assert results[0].rc == -9  # SIGKILL, not a time-out (124) or success
+    assert _live_in_group(pid) == [], "the backgrounded sleep outlived stop()"
+    later = system.run(["true"])
+    assert later.rc == 130 and not system._running
+
+
+def _live_in_group(pgid, wait=5.0):
+    """Processes of the group that are not zombies (a killed orphan may wait to be reaped),
+    after up to `wait` seconds for the kill to land."""
+    import time
+
+    end = time.monotonic() + wait
+    while True:
+        ps = subprocess.run(["ps", "-o", "pid=,stat=", "-g", str(pgid)], capture_output=True,
+                            text=True).stdout.split("\n")
+        rows = [line.split() for line in ps if line.split()]
+        live = [pid for pid, stat in rows if not stat.startswith("Z")]
+        if not live or time.monotonic() > end:
+            return live
+        time.sleep(0.05)
+
+
+def test_ctrl_c_during_verify_ends_it_at_once_and_kills_its_commands(tmp_path):
+    """`hpcwizard verify` across hosts whose name look-up hangs (a getent that sleeps):
+    SIGINT ends it with 130 within seconds, not after the look-ups' time-outs, and the
+    sleeping commands are gone."""
+    import os
+    import signal
+    import sys
+    import time
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "getent").write_text(f"#!/bin/bash\necho $$ >> {tmp_path}/pids\nexec sleep 60\n")
+    (fake / "getent").chmod(0o755)
+    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", LC_ALL="C")
+    proc = subprocess.Popen([sys.executable, "-m", "hpcwizard", "verify", "--framework", "mpi",
+                             "--network", "tcp", "--hosts", "node1,node2,node3"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pids = tmp_path / "pids"
+    end = time.monotonic() + 30
+    while (not pids.exists() or len(pids.read_text().split()) < 3) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert pids.exists() and len(pids.read_text().split()) == 3, "the look-ups did not start"
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130, (out, err)
+    assert time.monotonic() - t0 < 5
+    assert "interrupted" in err and "Traceback" not in err
+    for pid in pids.read_text().split():
+        assert _live_in_group(int(pid)) == [], f"getent {pid} outlived the Ctrl+C"

@@ -151,6 +151,11 @@ class Record:
         self.data["updated"] = now()
         self.save()
 
+    def set_verification(self, summary: Dict[str, Any]) -> None:
+        """The latest verification's outcome (Report.summary()), kept beside the steps."""
+        self.data["verify"] = dict(summary, at=now())
+        self.save()
+
     def save(self) -> None:
         write_private(self.path, tomli_w.dumps(self.data).encode("utf-8"))
 

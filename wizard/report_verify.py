@@ -1,39 +1,67 @@
-"""verify's Report as text for a terminal: one line per check, what it ran, and for a
-failure the plain line and each diagnosis (cause and fix)."""
+"""verify's Report as text: one line per check, what it ran, and for a failure the plain line
+and each diagnosis (cause and fix). `check_lines` gives each line with its role, so the
+terminal (format_report) and the wizard's Done screen (which colours by role) say the same."""
 from __future__ import annotations
 
-from typing import List
+from typing import List, Mapping, Optional, Tuple
 
+from .hosts import Hosts
 from .i18n import N_, _, field, ljust, width
-from .verify import FAIL, PASS, Report
+from .verify import FAIL, PASS, SKIP, Check, Report
 
-_MARK = {PASS: N_("PASS"), FAIL: N_("FAIL"), "skip": N_("skip")}
+_MARK = {PASS: N_("PASS"), FAIL: N_("FAIL"), SKIP: N_("skip")}
+
+# roles: "pass" | "fail" | "skip" (the check's own line), "ran", "explain", "cause", "fix"
+Line = Tuple[str, str]
+INDENT = " " * 6  # a check's further lines, under its title
+
+
+def mark(status: str) -> str:
+    return _(_MARK[status])
+
+
+def mark_width() -> int:
+    return max(width(_(m)) for m in _MARK.values())
+
+
+def check_lines(c: Check, verbose: bool = False) -> List[Line]:
+    """(role, text): the check's line (role = its status; the text without the mark), then
+    for a failure (or verbose) what ran, then for a failure the plain line and each
+    diagnosis. Who shows them puts the mark and the indent."""
+    out: List[Line] = [(c.status, f"{c.title} — {c.detail}" if c.detail else c.title)]
+    if (c.status == FAIL or verbose) and c.command:
+        out.append(("ran", _("ran: {command}").format(command=c.command)))
+    if c.status == FAIL:
+        if c.explain:
+            out.append(("explain", c.explain))
+        for d in c.diagnoses:
+            out.append(("cause", _("cause: {cause}").format(cause=field(d, "cause"))))
+            out.append(("fix", _("fix:   {fix}").format(fix=field(d, "fix"))))
+    return out
+
+
+def check_text(c: Check, verbose: bool = False) -> List[str]:
+    """check_lines as a terminal shows them: the mark, then the further lines indented."""
+    return [f"{ljust(mark(role), mark_width())}  {text}" if role == c.status else INDENT + text
+            for role, text in check_lines(c, verbose)]
+
+
+def hosts_line(hosts: Optional[Hosts]) -> str:
+    if hosts is None:
+        return _("hosts: none given (--hosts, --hostfile or the platform's variables): "
+                 "checked this instance only")
+    return _("hosts from {source}: {names}").format(source=hosts.source,
+                                                     names=", ".join(hosts.names))
+
+
+def counts_line(counts: Mapping[str, int], seconds: float) -> str:
+    return _("{passed} passed, {failed} failed, {skipped} skipped in {seconds} s").format(
+        passed=counts[PASS], failed=counts[FAIL], skipped=counts[SKIP], seconds=f"{seconds:.1f}")
 
 
 def format_report(report: Report, verbose: bool = False) -> str:
-    out: List[str] = []
-    if report.hosts is None:
-        out.append(_("hosts: none given (--hosts, --hostfile or the platform's variables): "
-                     "checked this instance only"))
-    else:
-        out.append(_("hosts from {source}: {names}").format(
-            source=report.hosts.source, names=", ".join(report.hosts.names)))
-    mark_width = max(width(_(m)) for m in _MARK.values())
+    out = [hosts_line(report.hosts)]
     for c in report.checks:
-        line = f"{ljust(_(_MARK[c.status]), mark_width)}  {c.title}"
-        if c.detail:
-            line += f" — {c.detail}"
-        out.append(line)
-        if c.status == FAIL or verbose:
-            if c.command:
-                out.append(_("      ran: {command}").format(command=c.command))
-        if c.status == FAIL:
-            if c.explain:
-                out.append(f"      {c.explain}")
-            for d in c.diagnoses:
-                out.append(_("      cause: {cause}").format(cause=field(d, "cause")))
-                out.append(_("      fix:   {fix}").format(fix=field(d, "fix")))
-    n = report.counts
-    out.append(_("{passed} passed, {failed} failed, {skipped} skipped in {seconds} s").format(
-        passed=n[PASS], failed=n[FAIL], skipped=n["skip"], seconds=f"{report.seconds:.1f}"))
+        out += check_text(c, verbose)
+    out.append(counts_line(report.counts, report.seconds))
     return "\n".join(out)

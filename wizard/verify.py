@@ -29,9 +29,10 @@ import shlex
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -95,6 +96,12 @@ class Report:
             out[c.status] += 1
         return out
 
+    def summary(self) -> Dict[str, object]:
+        """What a record keeps of a verification: the outcome, not every command's text."""
+        return {"ok": self.ok, "counts": self.counts,
+                "hosts": list(self.hosts.names) if self.hosts else [],
+                "failed": [c.id for c in self.checks if c.failed]}
+
     def to_dict(self) -> Dict[str, object]:
         return {"ok": self.ok, "seconds": round(self.seconds, 3), "counts": self.counts,
                 "hosts": self.hosts.to_dict() if self.hosts else None,
@@ -128,8 +135,31 @@ class Ran:
 # --- the seam -------------------------------------------------------------------------------
 
 
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 class System:
-    """Runs commands for verify. A fake replaces `run` (and `uid`) in the tests."""
+    """Runs commands for verify. A fake replaces `run` (and `uid`) in the tests.
+
+    stop() (from any thread) kills the process group of every command still running and
+    makes later ones return at once with 130: the wizard calls it when the user quits during
+    a verification, which would otherwise wait for ssh and mpirun time-outs."""
+
+    def __init__(self) -> None:
+        self._running: Dict[int, subprocess.Popen] = {}
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            procs = list(self._running.values())
+        for proc in procs:
+            _kill_group(proc)
 
     def uid(self) -> int:
         return os.getuid()
@@ -145,13 +175,30 @@ class System:
         child_env = dict(os.environ)
         child_env.update(env or {})
         child_env.setdefault("LC_ALL", "C")
+        with self._lock:
+            if self._stopped:
+                return Ran(argv, 130, _("(stopped before it ran)"))
+            try:
+                proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin is not None
+                                        else subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, env=child_env,
+                                        start_new_session=True)
+            except FileNotFoundError:
+                return Ran(argv, 127, f"{argv[0]}: command not found")
+            self._running[proc.pid] = proc
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin is not None
-                                    else subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, env=child_env,
-                                    start_new_session=True)
-        except FileNotFoundError:
-            return Ran(argv, 127, f"{argv[0]}: command not found")
+            return self._wait(proc, argv, stdin, timeout)
+        except KeyboardInterrupt:
+            # its own session: the terminal's Ctrl+C did not reach it; it must not outlive us
+            _kill_group(proc)
+            raise
+        finally:
+            with self._lock:
+                self._running.pop(proc.pid, None)
+
+    @staticmethod
+    def _wait(proc: subprocess.Popen, argv: Tuple[str, ...], stdin: Optional[bytes],
+              timeout: float) -> Ran:
         try:
             out, _err = proc.communicate(stdin, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -681,10 +728,10 @@ def check_torch_allreduce(ctx: _Ctx, hosts: Hosts, here: str) -> List[Check]:
     ppath = _cache_path(ctx, "allreduce.py", ALLREDUCE_PY)
     t0 = time.monotonic()
     for path, text in ((spath, script), (ppath, ALLREDUCE_PY)):
-        r = ctx.sys.run([*ctx.as_target, "bash", "-c",
-                         f"mkdir -p {shlex.quote(os.path.dirname(path))} && test -s "
-                         f"{shlex.quote(path)} || cat > {shlex.quote(path)}"],
-                        timeout=10, stdin=text.encode())
+        ctx.sys.run([*ctx.as_target, "bash", "-c",
+                     f"mkdir -p {shlex.quote(os.path.dirname(path))} && test -s "
+                     f"{shlex.quote(path)} || cat > {shlex.quote(path)}"],
+                    timeout=10, stdin=text.encode())
         failed = _spread(ctx, [other], path, text.encode())
         if failed is not None:
             return [_skip(tid, title, _("cannot copy the test to {host} over SSH ({error}); "
@@ -765,7 +812,14 @@ def verify(plan: Plan, facts: Facts, hosts: Optional[Hosts] = None,
                 return cs
 
             futures = [pool.submit(one, h) for h in names]
-            per_host = [f.result() for f in futures]
+            try:
+                per_host = [f.result() for f in futures]
+            except KeyboardInterrupt:
+                # Ctrl+C: the pool would wait for every ssh to time out before letting go
+                for f in futures:
+                    f.cancel()
+                ctx.sys.stop()
+                raise
         for cs in per_host:
             checks += cs
         reachable = all(c.status == PASS for cs in per_host for c in cs)
