@@ -27,7 +27,7 @@ from textual.binding import Binding
 
 from hpcwizard.i18n import _, get_language, set_language
 
-from .messages import DetectFailed, FactsReady, RunEnded, RunEvents
+from .messages import DetectFailed, FactsReady, RunEnded, RunEvents, VerifyChecked, VerifyEnded
 from .system import SystemScreen
 from .widgets import ConfirmScreen, KeysScreen, WizardScreen, keys_of, translate_bindings
 
@@ -123,6 +123,8 @@ class WizardApp(App[int]):
     sudo       function asking for the sudo password once, -> bool (default: suspend, sudo -v)
     lock       context manager held during apply/undo (run_tui passes hpcwizard.lock.run_lock)
     record_name  the record's file name (default: time stamp, framework, network)
+    verify_system  the hpcwizard.verify.System the Done screen's checks run through
+               (default: a new System per verification, running commands on this machine)
     """
 
     # The stylesheet is read through importlib.resources, not CSS_PATH (which textual open()s
@@ -143,7 +145,7 @@ class WizardApp(App[int]):
                  clock: Callable[[], float] = time.monotonic,
                  sudo: Optional[Callable[[], bool]] = None,
                  lock: Optional[Callable[[], ContextManager[Any]]] = None,
-                 record_name: str = "") -> None:
+                 record_name: str = "", verify_system: Any = None) -> None:
         super().__init__()
         self.facts = facts
         self.catalog = catalog
@@ -161,6 +163,10 @@ class WizardApp(App[int]):
         self.system_screen: Optional[SystemScreen] = None
         self.run_screen: Any = None
         self.stoppable: Optional[StoppableRunner] = None
+        self._verify_system = verify_system
+        self.verifying: Any = None  # the System of the verification in flight
+        self.verify_started = 0.0
+        self.done_screen: Any = None
 
     # --- start and detection ----------------------------------------------------------------
 
@@ -337,9 +343,53 @@ class WizardApp(App[int]):
         if quit:
             self.exit_with_status()
             return
-        self.switch_screen(DoneScreen(self.plan, self.record, self.run_status or ""))
+        self.done_screen = DoneScreen(self.plan, self.record, self.run_status or "")
+        self.switch_screen(self.done_screen)
+
+    # --- verification (the Done screen) ----------------------------------------------------------
+
+    def start_verify(self, hosts: Any) -> bool:
+        """hpcwizard.verify.verify for the plan, here and across hosts (None: here only), in
+        a worker; the checks reach the Done screen as they finish. False if one is running."""
+        if self.verifying is not None or self.plan is None:
+            return False
+        from hpcwizard.verify import System
+
+        self.verifying = self._verify_system or System()
+        self.verify_started = self.clock()
+        self.verify_worker(self.plan, self.facts, hosts, self.verifying)
+        return True
+
+    @work(thread=True, exit_on_error=False, group="verify")
+    def verify_worker(self, plan: Any, facts: Any, hosts: Any, system: Any) -> None:
+        from hpcwizard.verify import verify
+
+        report, error = None, ""
+        try:
+            report = verify(plan, facts, hosts, system=system,
+                            on_check=lambda check: self.post_message(VerifyChecked(check)))
+        except Exception as exc:  # noqa: BLE001 - shown on the Done screen
+            error = f"{type(exc).__name__}: {exc}"
+        self.post_message(VerifyEnded(report, error))
+
+    def on_verify_checked(self, message: VerifyChecked) -> None:
+        if self.done_screen is not None:
+            self.done_screen.verify_checked(message.check)
+
+    def on_verify_ended(self, message: VerifyEnded) -> None:
+        self.verifying = None
+        seconds = self.clock() - self.verify_started
+        if message.report is not None and self.record is not None:
+            from hpcwizard.report_verify import format_report
+
+            self.record.set_verification(message.report.summary())
+            self.record.log("-- verify\n" + format_report(message.report, verbose=True))
+        if self.done_screen is not None:
+            self.done_screen.verify_ended(message.report, seconds, message.error)
 
     def exit_with_status(self) -> None:
+        if self.verifying is not None:
+            self.verifying.stop()  # ssh and mpirun would hold the exit until their time-outs
         code = {None: 0, "done": 0, "undone": 0, "interrupted": 130}.get(self.run_status, 1)
         self.exit(code, return_code=code)
 

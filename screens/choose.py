@@ -3,35 +3,16 @@ value is checked as it is typed with the same functions the CLI uses (hpcwizard.
 and the whole with make_choices and build_plan; a refusal shows at its field."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Dict, Optional
 
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.validation import ValidationResult, Validator
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Static
 
 from hpcwizard.i18n import N_, _
 
-from .widgets import WizardScreen
-
-
-class CoreCheck(Validator):
-    """A Textual validator around one hpcwizard.validate function: its BadInput text is the
-    message shown under the field."""
-
-    def __init__(self, check: Callable[[str], Any]) -> None:
-        super().__init__()
-        self.check = check
-
-    def validate(self, value: str) -> ValidationResult:
-        from hpcwizard.validate import BadInput
-
-        try:
-            self.check(value)
-        except BadInput as exc:
-            return self.failure(str(exc))
-        return self.success()
+from .widgets import CoreCheck, WizardScreen
 
 
 def _user(value: str) -> None:

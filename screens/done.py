@@ -1,19 +1,47 @@
-"""Done: what was done and skipped, the record's path, and Export to a path the user can
-edit. Also where the preset path ends: the image to start from, and its launch script."""
+"""Done: what was done and skipped, the record's path, Export to a path the user can edit,
+and the verification (hpcwizard.verify, as `hpcwizard verify`): it starts by itself after a
+run that finished, on this instance and on the hosts the platform names; the user can name
+other hosts and verify again. Also where the preset path ends: the image to start from, and
+its launch script (nothing here changed, so there is nothing here to verify)."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, List, Optional, Tuple
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import Button, Static
+from textual.widgets import Button, Input, Label, Static
 
 from hpcwizard.i18n import N_, _, field, ljust, pick, width
 from hpcwizard.report import status_word
 
-from .widgets import ExportPanel, WizardScreen
+from .widgets import CoreCheck, ExportPanel, WizardScreen
+
+# how a line of the verification looks, by its role (report_verify.check_lines)
+ROLE_STYLE = {"pass": "green", "fail": "bold red", "skip": "dim", "ran": "dim",
+              "explain": "", "cause": "yellow", "fix": "cyan"}
+
+
+def _hosts_from_text(text: str) -> Any:
+    """The Hosts typed in the field (None when empty: this instance only)."""
+    from hpcwizard.hosts import find_hosts
+
+    return find_hosts(hosts=text) if text.strip() else None
+
+
+def platform_hosts() -> Tuple[Any, str]:
+    """The hosts the platform's variables name (Hosts or None), and the error if they are
+    unreadable ("" otherwise)."""
+    import os
+
+    from hpcwizard.hosts import from_environment
+    from hpcwizard.validate import BadInput
+
+    try:
+        return from_environment(os.environ), ""
+    except BadInput as exc:
+        return None, str(exc)
 
 
 class DoneScreen(WizardScreen):
@@ -22,6 +50,7 @@ class DoneScreen(WizardScreen):
     BINDINGS = [
         Binding("escape", "back", "Back"),
         Binding("w", "write", "Write export"),
+        Binding("v", "verify", "Verify"),
         Binding("q", "quit_done", "Quit"),
     ]
 
@@ -31,6 +60,21 @@ class DoneScreen(WizardScreen):
         self.record = record
         self.status = status
         self.SUB_TITLE = N_("6/6 Done") if record is not None else N_("6/6 Preset image")
+        # the verification: what the field started with, and what came back (kept across F2)
+        self.env_hosts, self.env_error = platform_hosts() if self.can_verify else (None, "")
+        self.hosts_text = ",".join(self.env_hosts.names) if self.env_hosts else ""
+        self.verify_state = "idle"  # idle | running | ended
+        self.checks: List[Any] = []  # as they finish, then in the report's order
+        self.report: Any = None
+        self.verify_seconds = 0.0
+        self.verify_error = ""
+        self.verified_hosts: Any = None
+        self.started = False
+
+    @property
+    def can_verify(self) -> bool:
+        """Something was configured here and is still there."""
+        return self.record is not None and self.status != "undone"
 
     @property
     def BACK(self) -> bool:  # type: ignore[override]
@@ -45,6 +89,16 @@ class DoneScreen(WizardScreen):
                 yield Static(self.result_text(), id="done-summary")
                 default = "setup"
             yield ExportPanel(self.plan, default=default, id="done-export")
+            if self.can_verify:
+                with Horizontal(classes="verify-row"):
+                    yield Label(_("Verify"), classes="field-label")
+                    yield Input(self.hosts_text, id="verify-hosts", compact=True,
+                                placeholder=_("hosts, e.g. node1,node2 or job-{0..3}"),
+                                validators=[CoreCheck(_hosts_from_text)],
+                                validate_on=["changed", "submitted"])
+                    yield Button(_("Verify (v)"), id="verify-run", compact=True)
+                yield Static(self.hosts_hint(), id="verify-hint", classes="hint")
+                yield Static(self.verify_text(), id="verify-results")
         with Horizontal(classes="buttons"):
             if self.record is None:
                 yield Button(_("Back (esc)"), id="back", compact=True)
@@ -52,10 +106,121 @@ class DoneScreen(WizardScreen):
 
     def on_mount(self) -> None:
         self.query_one("#export-write", Button).focus()
+        if not self.started and self.can_verify and self.status == "done":
+            self.started = True
+            self.action_verify()  # a finished run: does it work?
+
+    async def refresh_language(self) -> None:
+        """Drawn again in the other language, keeping the hosts typed. The checks already
+        shown keep the language they were made in; Verify again makes them anew."""
+        if self.can_verify:
+            self.hosts_text = self.query_one("#verify-hosts", Input).value
+        await self.recompose()
+        self.after_language()
 
     def after_language(self) -> None:
         self.on_mount()
         super().after_language()
+
+    def check_action(self, action: str, parameters: Tuple[object, ...]) -> Optional[bool]:
+        if action == "verify" and not self.can_verify:
+            return False
+        return super().check_action(action, parameters)
+
+    # --- verification --------------------------------------------------------------------------
+
+    def hosts_hint(self, error: str = "") -> Text:
+        if error:
+            return Text(error, style="bold red")
+        if self.env_error:  # the platform's variables name hosts hpcwizard cannot read
+            return Text(self.env_error, style="yellow")
+        if self.env_hosts is not None:
+            return Text(_("from {source}; empty: this instance only").format(
+                source=self.env_hosts.source))
+        return Text(_("the job's instances, to check SSH and {framework} across them; empty: "
+                      "this instance only").format(
+            framework="mpirun" if self.plan.choices.framework == "mpi" else "torch.distributed"))
+
+    def action_verify(self) -> None:
+        """Check here and across the hosts in the field; a bad host list is refused at the
+        field, with the reason."""
+        from hpcwizard.validate import BadInput
+
+        if not self.can_verify or self.verify_state == "running":
+            return
+        hosts_input = self.query_one("#verify-hosts", Input)
+        text = hosts_input.value.strip()
+        try:
+            if self.env_hosts is not None and text == ",".join(self.env_hosts.names):
+                hosts = self.env_hosts  # keeps its source ("SLURM_JOB_NODELIST", ...)
+            else:
+                hosts = _hosts_from_text(text)
+        except BadInput as exc:
+            self.query_one("#verify-hint", Static).update(self.hosts_hint(str(exc)))
+            hosts_input.focus()
+            return
+        if not self.app.start_verify(hosts):
+            return
+        self.query_one("#verify-hint", Static).update(self.hosts_hint())
+        self.verify_state, self.checks, self.report, self.verify_error = "running", [], None, ""
+        self.verified_hosts = hosts
+        self._show_results()
+
+    def verify_checked(self, check: Any) -> None:
+        self.checks.append(check)
+        self._show_results()
+
+    def verify_ended(self, report: Any, seconds: float, error: str) -> None:
+        self.verify_state, self.report, self.verify_seconds = "ended", report, seconds
+        self.verify_error = error
+        if report is not None:
+            self.checks = list(report.checks)
+        self._show_results()
+
+    def _show_results(self) -> None:
+        for results in self.query("#verify-results").results(Static):
+            results.update(self.verify_text())
+
+    def verify_text(self) -> Any:
+        """The verification as shown: who was checked, the outcome, then each check (the
+        failures first once it ended), its further lines hanging under its title."""
+        from rich.console import Group
+        from rich.table import Table
+
+        from hpcwizard.report_verify import check_lines, counts_line, mark, mark_width
+
+        head = Text()
+        if self.verify_state == "idle":
+            head.append(_("Not verified yet: press v to check SSH, names and {framework} "
+                          "here and across the hosts above.").format(
+                framework="MPI" if self.plan.choices.framework == "mpi" else "PyTorch"),
+                style="dim")
+            return head
+        hosts = self.verified_hosts
+        head.append((_("Checked on: this instance only") if hosts is None else
+                     _("Checked on: this instance and {names}").format(
+                         names=", ".join(hosts.names))) + "\n", style="bold")
+        checks = self.checks
+        if self.verify_state == "running":
+            head.append(_("Verifying… {n} checks finished").format(n=len(checks)),
+                        style="dim italic")
+        elif self.verify_error:
+            head.append(_("verify could not run: {error}").format(error=self.verify_error),
+                        style="bold red")
+        elif self.report is not None:
+            head.append(counts_line(self.report.counts, self.verify_seconds),
+                        style="bold green" if self.report.ok else "bold red")
+            # what needs the user first: failures, then what could not be checked
+            checks = sorted(checks, key=lambda c: {"fail": 0, "skip": 1}.get(c.status, 2))
+        grid = Table.grid(padding=(0, 2, 0, 0))
+        grid.add_column(no_wrap=True, width=mark_width())
+        grid.add_column(ratio=1)
+        for check in checks:
+            for role, line in check_lines(check):
+                style = ROLE_STYLE.get(role, "")
+                grid.add_row(Text(mark(role), style=style) if role == check.status else "",
+                             Text(line, style=style))
+        return Group(head, grid)
 
     def preset_text(self) -> Text:
         preset = self.plan.recommendation.preset
@@ -104,8 +269,20 @@ class DoneScreen(WizardScreen):
     def action_quit_done(self) -> None:
         self.app.exit_with_status()
 
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "verify-hosts":
+            event.stop()
+            self.action_verify()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "verify-hosts" and event.validation_result is not None:
+            failures = "; ".join(event.validation_result.failure_descriptions)
+            self.query_one("#verify-hint", Static).update(self.hosts_hint(failures))
+
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        if event.button.id == "back":
+        if event.button.id == "verify-run":
+            self.action_verify()
+        elif event.button.id == "back":
             self.action_back()
         elif event.button.id == "quit":
             self.action_quit_done()

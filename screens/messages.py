@@ -50,3 +50,20 @@ class RunEnded(Message):
         self.action = action
         self.status = status
         self.error = error
+
+
+class VerifyChecked(Message):
+    """One verification check finished (from the verify worker's threads, in any order)."""
+
+    def __init__(self, check: Any) -> None:
+        super().__init__()
+        self.check = check
+
+
+class VerifyEnded(Message):
+    """The verify worker returned: its Report (checks in order), or None and an error."""
+
+    def __init__(self, report: Any, error: str = "") -> None:
+        super().__init__()
+        self.report = report
+        self.error = error

@@ -5,14 +5,15 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Iterable, List, Optional, Tuple
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
+from textual.validation import ValidationResult, Validator
 from textual.widgets import Button, Footer, Header, Input, Label, RadioButton, RadioSet, Static
 
 from hpcwizard.i18n import N_, _, get_language, width
@@ -101,6 +102,24 @@ def keys_of(screen: Screen) -> List[Tuple[str, str]]:
         seen.add((key, b.description))
         out.append((key, b.description))
     return out
+
+
+class CoreCheck(Validator):
+    """A Textual validator around one hpcwizard.validate function: its BadInput text is the
+    message shown under the field."""
+
+    def __init__(self, check: Callable[[str], Any]) -> None:
+        super().__init__()
+        self.check = check
+
+    def validate(self, value: str) -> ValidationResult:
+        from hpcwizard.validate import BadInput
+
+        try:
+            self.check(value)
+        except BadInput as exc:
+            return self.failure(str(exc))
+        return self.success()
 
 
 class KeysScreen(ModalScreen[None]):

@@ -1,7 +1,10 @@
-"""Fixture facts and a fake Runner for the TUI tests (test_tui*.py). Not a test module."""
+"""Fixture facts, a fake Runner and the Pilot helpers for the TUI tests (test_tui*.py).
+Not a test module."""
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Callable, Iterable, List, Optional, Tuple
 
@@ -100,3 +103,53 @@ class FakeRunner:
 
     def ran(self) -> List[str]:
         return [t for kind, _, t in self.calls if kind == "run"]
+
+
+# --- Pilot helpers ----------------------------------------------------------------------
+
+def sync(fn):
+    """Run an async test without a pytest asyncio plugin (none is a dependency)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return asyncio.run(fn(*args, **kwargs))
+
+    return wrapper
+
+
+def make_app(tmp_path: Path, facts=None, runner=None, **kw):
+    """The wizard on fixture facts; nothing it runs touches this machine: the fake runner,
+    and for the Done screen's checks a fake verify System (every peer answers)."""
+    from _verify_fixtures import FakeSystem
+    from hpcwizard.catalog import load_catalog
+    from hpcwizard.screens.app import WizardApp
+
+    kw.setdefault("verify_system", FakeSystem({}))
+    return WizardApp(facts=facts or bare_container(), runner=runner or FakeRunner(),
+                     catalog=load_catalog(), state_dir=tmp_path / "state", clock=lambda: 0.0,
+                     record_name="test-record.toml", **kw)
+
+
+async def wait_for(pilot, cond: Callable[[], bool], timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError("timed out waiting for the app")
+        await pilot.pause(0.02)
+
+
+def name(app) -> str:
+    return type(app.screen).__name__
+
+
+def text_of(widget) -> str:
+    """What a Static shows, as plain text (tables and groups included)."""
+    from rich.console import Console
+
+    content = widget.content
+    if isinstance(content, str):
+        return content
+    console = Console(width=200, color_system=None, record=True, file=open("/dev/null", "w"))
+    console.print(content)
+    return console.export_text()

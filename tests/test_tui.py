@@ -4,13 +4,10 @@ flow, a failing step with its diagnosis, Retry and Undo, refusals at the field, 
 the keys help, Back, resize, batching of output, and the no-terminal exit."""
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 import threading
-import time
-from pathlib import Path
-from typing import Callable, List
+from typing import List
 
 import pytest
 
@@ -18,7 +15,8 @@ pytest.importorskip("textual")
 
 from textual.widgets import Input, Log, OptionList, RadioSet, Static  # noqa: E402
 
-from _tui_fixtures import FakeRunner, bare_container, gpu_ib  # noqa: E402
+from _tui_fixtures import (FakeRunner, bare_container, gpu_ib, make_app, name,  # noqa: E402
+                           sync, text_of, wait_for)
 from hpcwizard.catalog import load_catalog  # noqa: E402
 from hpcwizard.choices import make_choices  # noqa: E402
 from hpcwizard.plan import build_plan  # noqa: E402
@@ -26,47 +24,6 @@ from hpcwizard.screens.app import WizardApp  # noqa: E402
 from hpcwizard.screens.messages import RunEvents  # noqa: E402
 
 CATALOG = load_catalog()
-
-
-def sync(fn):
-    """Run an async test without a pytest asyncio plugin (none is a dependency)."""
-    import functools
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        return asyncio.run(fn(*args, **kwargs))
-
-    return wrapper
-
-
-def make_app(tmp_path: Path, facts=None, runner=None, **kw) -> WizardApp:
-    return WizardApp(facts=facts or bare_container(), runner=runner or FakeRunner(),
-                     catalog=CATALOG, state_dir=tmp_path / "state", clock=lambda: 0.0,
-                     record_name="test-record.toml", **kw)
-
-
-async def wait_for(pilot, cond: Callable[[], bool], timeout: float = 10.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError("timed out waiting for the app")
-        await pilot.pause(0.02)
-
-
-def name(app) -> str:
-    return type(app.screen).__name__
-
-
-def text_of(widget: Static) -> str:
-    """What a Static shows, as plain text (tables and groups included)."""
-    from rich.console import Console
-
-    content = widget.content
-    if isinstance(content, str):
-        return content
-    console = Console(width=200, color_system=None, record=True, file=open("/dev/null", "w"))
-    console.print(content)
-    return console.export_text()
 
 
 async def to_choose(pilot) -> None:

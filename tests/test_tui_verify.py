@@ -1,0 +1,259 @@
+"""Pilot tests of the verification on the Done screen (hpcwizard.verify through a fake
+System): it starts by itself after a finished run, on this instance or on the hosts the
+platform names; the failures come first with their diagnoses; the user names other hosts and
+verifies again; a bad host list is refused at the field; the record keeps the outcome and
+the log every check; quitting stops the commands in flight; nothing to verify after Undo
+or on the preset path."""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("textual")
+
+from textual.widgets import Input, Static  # noqa: E402
+
+from _tui_fixtures import (FakeRunner, bare_container, gpu_ib, make_app, name,  # noqa: E402
+                           sync, text_of, wait_for)
+from _verify_fixtures import FakeSystem  # noqa: E402
+from hpcwizard.catalog import load_catalog  # noqa: E402
+from hpcwizard.choices import make_choices  # noqa: E402
+from hpcwizard.plan import build_plan  # noqa: E402
+from hpcwizard.record import Record  # noqa: E402
+from hpcwizard.verify import Ran  # noqa: E402
+
+
+async def run_to_done(pilot) -> None:
+    """System -> Choose (MPI, TCP) -> configure here -> Run -> Done, then the verification
+    the Done screen starts by itself has ended."""
+    app = pilot.app
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: name(app) == "ChooseScreen")
+    await pilot.press("ctrl+n")
+    await wait_for(pilot, lambda: name(app) == "RecommendScreen")
+    await pilot.press("c")
+    await wait_for(pilot, lambda: name(app) == "ReviewScreen")
+    await wait_for(pilot, lambda: all(app.screen.checked))
+    await pilot.press("r")
+    await wait_for(pilot, lambda: app.run_status == "done")
+    await pilot.press("n")
+    await wait_for(pilot, lambda: name(app) == "DoneScreen")
+    await wait_for(pilot, lambda: app.screen.verify_state == "ended")
+    await pilot.pause()
+
+
+def statuses(screen) -> dict:
+    return {c.id: c.status for c in screen.checks}
+
+
+@sync
+async def test_after_a_run_done_verifies_this_instance(tmp_path):
+    system = FakeSystem({})
+    app = make_app(tmp_path, verify_system=system)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await run_to_done(pilot)
+        done = app.screen
+        assert statuses(done) == {"here/sshd": "pass", "here/login": "pass"}
+        shown = text_of(done.query_one("#verify-results", Static))
+        hint = text_of(done.query_one("#verify-hint", Static))
+        assert done.query_one("#verify-hosts", Input).value == ""
+    assert "Checked on: this instance only" in shown
+    assert "2 passed, 0 failed, 0 skipped" in shown
+    assert "sshd listens on port 2222 here" in shown
+    assert "empty: this instance only" in hint
+    # what ran is what `hpcwizard verify` runs: a BatchMode key login to this host
+    assert any(argv[0] == "ssh" and "BatchMode=yes" in argv and "localhost" in argv
+               for argv in system.calls)
+    saved = Record.load(app.record.path).data["verify"]
+    assert saved["ok"] is True and saved["counts"] == {"pass": 2, "fail": 0, "skip": 0}
+    assert saved["hosts"] == [] and saved["failed"] == [] and saved["at"]
+    log = app.record.log_path.read_text()
+    assert "-- verify" in log and "PASS  key login to this host (BatchMode)" in log
+
+
+@sync
+async def test_platform_hosts_a_peer_down_then_verify_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOSTS", "node1,node2")
+    system = FakeSystem({"node1": "ok", "node2": "down"})
+    app = make_app(tmp_path, verify_system=system)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await run_to_done(pilot)
+        done = app.screen
+        hosts = done.query_one("#verify-hosts", Input)
+        assert hosts.value == "node1,node2"
+        assert "from HOSTS" in text_of(done.query_one("#verify-hint", Static))
+        first = statuses(done)
+        shown = text_of(done.query_one("#verify-results", Static))
+        # node1's name, port and login pass; node2's port fails, its login and mpirun skip
+        assert first["peer/node1/login"] == "pass"
+        assert first["peer/node2/port"] == "fail"
+        assert first["peer/node2/login"] == "skip" and first["cluster/mpirun"] == "skip"
+        lines = shown.splitlines()
+        assert "6 passed, 1 failed, 2 skipped" in lines[1]
+        assert "FAIL" in lines[2] and "node2: SSH port 2222 answers" in lines[2]  # first
+        assert "ran: timeout 3 bash -c ': </dev/tcp/node2/2222'" in shown
+        assert "cause: Nothing listens on the SSH port of that instance" in shown
+        saved = Record.load(app.record.path).data["verify"]
+        assert saved["ok"] is False and saved["failed"] == ["peer/node2/port"]
+        assert saved["hosts"] == ["node1", "node2"]
+        # the user drops node2 and verifies again, with the button
+        system.peers = {"node1": "ok"}  # the fake's mpirun answers from every peer it knows
+        hosts.value = "node1"
+        await pilot.click("#verify-run")
+        await wait_for(pilot, lambda: done.verify_state == "ended" and
+                       "peer/node1/login" in statuses(done) and
+                       "peer/node2/port" not in statuses(done))
+        await pilot.pause()
+        again = statuses(done)
+        shown = text_of(done.query_one("#verify-results", Static))
+    assert set(again.values()) == {"pass"}
+    assert again["cluster/mpirun"] == "pass"
+    assert "Checked on: this instance and node1" in shown
+    saved = Record.load(app.record.path).data["verify"]
+    assert saved["ok"] is True and saved["hosts"] == ["node1"]
+    assert app.record.log_path.read_text().count("-- verify") == 2
+
+
+@sync
+async def test_a_bad_host_list_is_refused_at_the_field(tmp_path):
+    system = FakeSystem({})
+    app = make_app(tmp_path, verify_system=system)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await run_to_done(pilot)
+        done = app.screen
+        calls = len(system.calls)
+        before = list(done.checks)
+        await pilot.click("#verify-hosts")
+        await pilot.press(*"node1;reboot", "enter")
+        await pilot.pause()
+        hint = done.query_one("#verify-hint", Static)
+        said = text_of(hint)
+        assert app.focused is done.query_one("#verify-hosts", Input)
+        assert done.verify_state == "ended" and done.checks == before
+    assert "node1;reboot" in said and "host name" in said
+    assert hint.visual_style.foreground is not None  # coloured as an error, not the hint
+    assert len(system.calls) == calls  # nothing ran
+
+
+@sync
+async def test_verify_key_runs_it_again_and_is_shown_in_the_keys_help(tmp_path):
+    system = FakeSystem({})
+    app = make_app(tmp_path, verify_system=system)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await run_to_done(pilot)
+        calls = len(system.calls)
+        await pilot.press("v")  # focus is on Write: the key reaches the screen
+        await wait_for(pilot, lambda: app.screen.verify_state == "ended"
+                       and len(system.calls) > calls)
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: name(app) == "KeysScreen")
+        keys = text_of(app.screen.query_one("#keys-text", Static))
+    assert len(system.calls) == 2 * calls  # the same two checks once more
+    assert ["v", "Verify"] in [line.split() for line in keys.splitlines()]
+
+
+class BlockingSystem(FakeSystem):
+    """Its commands wait until stop(): a verification that would take long."""
+
+    def __init__(self):
+        super().__init__({})
+        self.started = threading.Event()
+        self.stopped = threading.Event()
+
+    def run(self, argv, timeout=10.0, env=None, stdin=None):
+        self.started.set()
+        self.stopped.wait(30)
+        return Ran(tuple(argv), 130, "stopped")
+
+    def stop(self):
+        self.stopped.set()
+
+
+@sync
+async def test_quitting_during_a_verification_stops_its_commands(tmp_path):
+    system = BlockingSystem()
+    app = make_app(tmp_path, verify_system=system)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: name(app) == "ChooseScreen")
+        await pilot.press("ctrl+n")
+        await wait_for(pilot, lambda: name(app) == "RecommendScreen")
+        await pilot.press("c")
+        await wait_for(pilot, lambda: name(app) == "ReviewScreen")
+        await wait_for(pilot, lambda: all(app.screen.checked))
+        await pilot.press("r")
+        await wait_for(pilot, lambda: app.run_status == "done")
+        await pilot.press("n")
+        await wait_for(pilot, lambda: system.started.is_set())
+        assert "Verifying… 0 checks finished" in text_of(
+            app.screen.query_one("#verify-results", Static))
+        await pilot.press("q")
+    assert system.stopped.is_set()
+    assert app.return_code == 0
+
+
+@sync
+async def test_nothing_to_verify_after_undo(tmp_path):
+    plan = build_plan(bare_container(), make_choices(framework="mpi", network="tcp"),
+                      load_catalog())
+    runner = FakeRunner(fail=(plan.steps[2].run,))
+    system = FakeSystem({})
+    app = make_app(tmp_path, runner=runner, verify_system=system)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: name(app) == "ChooseScreen")
+        await pilot.press("ctrl+n")
+        await wait_for(pilot, lambda: name(app) == "RecommendScreen")
+        await pilot.press("c")
+        await wait_for(pilot, lambda: name(app) == "ReviewScreen")
+        await wait_for(pilot, lambda: all(app.screen.checked))
+        await pilot.press("r")
+        await wait_for(pilot, lambda: app.run_status == "failed")
+        await pilot.press("u")
+        await wait_for(pilot, lambda: app.run_status == "undone")
+        await pilot.press("n")
+        await wait_for(pilot, lambda: name(app) == "DoneScreen")
+        await pilot.press("v")
+        await pilot.pause(0.2)
+        done = app.screen
+        assert not done.query("#verify-hosts") and not done.query("#verify-results")
+        assert "verify" not in [b.binding.action for b in done.active_bindings.values()
+                                if b.enabled and b.node is done]
+    assert system.calls == [] and "verify" not in app.record.data
+
+
+@sync
+async def test_the_preset_path_has_nothing_here_to_verify(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    system = FakeSystem({})
+    app = make_app(tmp_path, facts=gpu_ib(sudo="none"), verify_system=system)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: name(app) == "ChooseScreen")
+        await pilot.press("tab", "right", "enter", "ctrl+n")
+        await wait_for(pilot, lambda: name(app) == "RecommendScreen")
+        await pilot.press("p")
+        await wait_for(pilot, lambda: name(app) == "DoneScreen")
+        await pilot.pause(0.2)
+        assert not app.screen.query("#verify-hosts")
+    assert system.calls == []
+
+
+def test_record_keeps_only_the_outcome(tmp_path):
+    """Report.summary is what the record keeps: ids, counts, hosts, never command text."""
+    from _core_fixtures import ROOT, facts
+    from hpcwizard.hosts import Hosts
+    from hpcwizard.verify import verify
+
+    plan = build_plan(facts(user=ROOT), make_choices(framework="mpi", network="tcp"),
+                      load_catalog())
+    report = verify(plan, facts(user=ROOT), Hosts(("node1", "node2"), "--hosts"),
+                    system=FakeSystem({"node1": "ok", "node2": "nokey"}))
+    record = Record.new(plan, facts(user=ROOT), Path(tmp_path) / "r.toml")
+    record.set_verification(report.summary())
+    saved = Record.load(record.path).data["verify"]
+    assert saved["failed"] == ["peer/node2/login"] and saved["ok"] is False
+    assert set(saved) == {"ok", "counts", "hosts", "failed", "at"}
+    assert "ssh" not in record.path.read_text().split("[verify]")[1]
