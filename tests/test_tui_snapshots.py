@@ -1,6 +1,8 @@
 """Snapshot tests (pytest-textual-snapshot, Textual pinned in pyproject) of every screen at
-80x24, and of System at 120x40, with fixture facts of a GPU+IB machine and a bare container.
-Deterministic: frozen clock for the elapsed time, a fixed record path, no blinking cursor.
+80x24, and of System at 120x40, with fixture facts of a GPU+IB machine and a bare container,
+each in English and in Chinese (wide characters must not be cut or misalign a table).
+Deterministic: frozen clock for the elapsed time, a fixed record path, no blinking cursor,
+a fake System under the Done screen's verification.
 Update after a deliberate change with: pytest tests/test_tui_snapshots.py --snapshot-update
 and look at the SVGs in tests/__snapshots__/."""
 from __future__ import annotations
@@ -15,6 +17,8 @@ pytest.importorskip("pytest_textual_snapshot")
 from textual.widgets import Input  # noqa: E402
 
 from _tui_fixtures import FakeRunner, bare_container, gpu_ib  # noqa: E402
+from _verify_fixtures import FakeSystem  # noqa: E402
+from hpcwizard import i18n  # noqa: E402
 from hpcwizard.catalog import load_catalog  # noqa: E402
 from hpcwizard.choices import make_choices  # noqa: E402
 from hpcwizard.plan import build_plan  # noqa: E402
@@ -34,9 +38,18 @@ def _fixed_group(monkeypatch):
     monkeypatch.setattr(plan, "_group_name", lambda gid: "root" if gid == 0 else "alice")
 
 
-def app_for(facts_key: str, runner=None) -> WizardApp:
+@pytest.fixture(autouse=True, params=["en", "zh"])
+def lang(request):
+    i18n.set_language(request.param)
+    yield request.param
+    i18n.set_language("en")
+
+
+def app_for(facts_key: str, runner=None, peers=None) -> WizardApp:
+    """peers: the Done screen's verification sees these (name -> state, see FakeSystem)."""
     return WizardApp(facts=FACTS[facts_key](), runner=runner or FakeRunner(), catalog=CATALOG,
-                     state_dir=STATE, clock=lambda: 0.0, record_name="snapshot.toml")
+                     state_dir=STATE, clock=lambda: 0.0, record_name="snapshot.toml",
+                     verify_system=FakeSystem(peers or {}))
 
 
 async def until(pilot, cond, timeout: float = 10.0) -> None:
@@ -166,14 +179,32 @@ def test_run_failed_with_diagnosis(snap_compare):
     assert snap_compare(app_for("bare", runner), run_before=run_before)
 
 
+async def go_done(pilot) -> None:
+    await go_run(pilot)
+    await pilot.press("n")
+    await until(pilot, screen_is(pilot, "DoneScreen"))
+    await until(pilot, lambda: pilot.app.screen.verify_state == "ended")
+
+
 def test_done_after_run(snap_compare):
     async def run_before(pilot):
-        await go_run(pilot)
-        await pilot.press("n")
-        await until(pilot, screen_is(pilot, "DoneScreen"))
+        await go_done(pilot)
         await settle(pilot)
 
     assert snap_compare(app_for("bare"), run_before=run_before)
+
+
+def test_done_verify_finds_a_peer_down(snap_compare, monkeypatch):
+    """The platform names two hosts; sshd does not answer on the second: the failure and its
+    diagnosis come first."""
+    monkeypatch.setenv("HOSTS", "node1,node2")
+
+    async def run_before(pilot):
+        await go_done(pilot)
+        await settle(pilot)
+
+    assert snap_compare(app_for("bare", peers={"node1": "ok", "node2": "down"}),
+                        run_before=run_before)
 
 
 def test_done_preset(snap_compare):

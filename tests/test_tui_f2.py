@@ -1,0 +1,100 @@
+"""F2, the language key: it switches a screen that is up (values typed on Choose kept, and
+the hosts and results on Done) and the screens shown after it. (Every screen in Chinese is
+in test_tui_snapshots.py.) Update after a deliberate change with:
+pytest tests/test_tui_f2.py --snapshot-update (and look at the SVGs)."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pytest_textual_snapshot")
+
+from textual.widgets import Input  # noqa: E402
+
+from _tui_fixtures import text_of  # noqa: E402
+from hpcwizard import i18n  # noqa: E402
+from test_tui_snapshots import (app_for, go_choose, go_done, go_recommend, screen_is,  # noqa: E402
+                                settle, until)
+
+
+@pytest.fixture(autouse=True)
+def _chinese(monkeypatch):
+    import hpcwizard.plan as plan
+
+    monkeypatch.setattr(plan, "_group_name", lambda gid: "root" if gid == 0 else "alice")
+    i18n.set_language("zh")
+    yield
+    i18n.set_language("en")
+
+
+def test_f2_switches_choose_to_chinese_keeping_values(snap_compare):
+    """Started in English; F2 on Choose with a typed port: Chinese, the port still there."""
+    i18n.set_language("en")
+
+    async def run_before(pilot):
+        await go_choose(pilot)
+        await pilot.click("#ssh_port")
+        await pilot.press("end", "backspace", "backspace", "backspace", "backspace", *"2022")
+        await pilot.press("f2")
+        await until(pilot, lambda: i18n.get_language() == "zh")
+        await pilot.pause(0.2)
+        assert pilot.app.screen.query_one("#ssh_port", Input).value == "2022"
+        await settle(pilot)
+
+    assert snap_compare(app_for("bare"), run_before=run_before)
+
+
+def test_f2_back_and_forth_rebuilds_the_plan_texts():
+    import asyncio
+
+    asyncio.run(_f2_back_and_forth())
+
+
+async def _f2_back_and_forth() -> None:
+    app = app_for("bare")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await go_recommend(pilot)
+        zh_reasons = app.plan.recommendation.reasons
+        assert any("root" in r and "您" in r for r in zh_reasons)
+        await pilot.press("f2")
+        await pilot.pause(0.2)
+        assert i18n.get_language() == "en"
+        assert app.screen.plan is app.plan
+        assert any(r.startswith("You are root") for r in app.plan.recommendation.reasons)
+        await pilot.press("escape")  # Choose, drawn in English when shown again
+        await until(pilot, screen_is(pilot, "ChooseScreen"))
+        await pilot.pause(0.2)
+        assert app.screen.sub_title == "2/6 Choose"
+        await pilot.press("f2")
+        await pilot.pause(0.2)
+        assert app.screen.sub_title == "2/6 选择"
+
+
+def test_f2_on_done_keeps_the_hosts_and_the_results(monkeypatch):
+    """F2 on Done draws it again: the hosts typed and the verification shown stay; the checks
+    keep the language they were made in (Verify again makes them anew)."""
+    import asyncio
+
+    monkeypatch.setenv("HOSTS", "node1,node2")
+    asyncio.run(_f2_on_done())
+
+
+async def _f2_on_done() -> None:
+    app = app_for("bare", peers={"node1": "ok", "node2": "down"})
+    async with app.run_test(size=(80, 24)) as pilot:
+        await go_done(pilot)
+        done = app.screen
+        assert done.sub_title == "6/6 完成"
+        hosts = done.query_one("#verify-hosts", Input)
+        hosts.value = "node1"  # typed, not verified yet
+        before = [(c.id, c.status) for c in done.checks]
+        assert ("peer/node2/port", "fail") in before
+        await pilot.press("f2")
+        await until(pilot, lambda: i18n.get_language() == "en")
+        await pilot.pause(0.2)
+        assert app.screen is done and done.sub_title == "6/6 Done"
+        assert done.query_one("#verify-hosts", Input).value == "node1"
+        assert [(c.id, c.status) for c in done.checks] == before
+        shown = text_of(done.query_one("#verify-results"))
+        assert "1 failed" in shown and "node2" in shown
+        assert done.verify_state == "ended" and app.verifying is None  # not started again
+
