@@ -44,6 +44,13 @@ def platform_hosts() -> Tuple[Any, str]:
         return None, str(exc)
 
 
+class VerifyResults(Static):
+    """The checks; tells the screen when it has been laid out at a new height."""
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self.screen.scroll_to_verify)
+
+
 class DoneScreen(WizardScreen):
     """6. The result, and the files to keep."""
 
@@ -70,6 +77,7 @@ class DoneScreen(WizardScreen):
         self.verify_error = ""
         self.verified_hosts: Any = None
         self.started = False
+        self.scroll_pending = False  # scroll the failures into view when laid out
 
     @property
     def can_verify(self) -> bool:
@@ -98,7 +106,7 @@ class DoneScreen(WizardScreen):
                                 validate_on=["changed", "submitted"])
                     yield Button(_("Verify (v)"), id="verify-run", compact=True)
                 yield Static(self.hosts_hint(), id="verify-hint", classes="hint")
-                yield Static(self.verify_text(), id="verify-results")
+                yield VerifyResults(self.verify_text(), id="verify-results")
         with Horizontal(classes="buttons"):
             if self.record is None:
                 yield Button(_("Back (esc)"), id="back", compact=True)
@@ -162,6 +170,7 @@ class DoneScreen(WizardScreen):
         if not self.app.start_verify(hosts):
             return
         self.query_one("#verify-hint", Static).update(self.hosts_hint())
+        self.scroll_pending = False
         self.verify_state, self.checks, self.report, self.verify_error = "running", [], None, ""
         self.verified_hosts = hosts
         self._show_results()
@@ -176,6 +185,17 @@ class DoneScreen(WizardScreen):
         if report is not None:
             self.checks = list(report.checks)
         self._show_results()
+        if error or (report is not None and not report.ok):
+            # the failures are what the user must read now: from the Verify row down, once
+            # the results have their new height (VerifyResults.on_resize), or now if the
+            # height did not change
+            self.scroll_pending = True
+            self.call_after_refresh(self.scroll_to_verify)
+
+    def scroll_to_verify(self) -> None:
+        if self.scroll_pending:
+            for row in self.query(".verify-row"):
+                row.scroll_visible(top=True, animate=False)
 
     def _show_results(self) -> None:
         for results in self.query("#verify-results").results(Static):

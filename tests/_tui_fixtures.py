@@ -153,3 +153,27 @@ def text_of(widget) -> str:
     console = Console(width=200, color_system=None, record=True, file=open("/dev/null", "w"))
     console.print(content)
     return console.export_text()
+
+
+async def to_choose(pilot) -> None:
+    assert name(pilot.app) == "SystemScreen"
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: name(pilot.app) == "ChooseScreen")
+
+
+async def to_review(pilot) -> None:
+    """System -> Choose (its defaults: MPI over TCP) -> Recommend -> configure here -> Review."""
+    await to_choose(pilot)
+    await pilot.press("ctrl+n")
+    await wait_for(pilot, lambda: name(pilot.app) == "RecommendScreen")
+    await pilot.press("c")
+    await wait_for(pilot, lambda: name(pilot.app) == "ReviewScreen")
+
+
+async def run_until(pilot, *statuses: str) -> None:
+    """From System: Review with its checks done, Run, until the run ends with one of statuses."""
+    await to_review(pilot)
+    await wait_for(pilot, lambda: all(pilot.app.screen.checked))
+    await pilot.press("r")
+    await wait_for(pilot, lambda: pilot.app.run_status in statuses)
+    await pilot.pause()

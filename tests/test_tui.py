@@ -16,7 +16,7 @@ pytest.importorskip("textual")
 from textual.widgets import Input, Log, OptionList, RadioSet, Static  # noqa: E402
 
 from _tui_fixtures import (FakeRunner, bare_container, gpu_ib, make_app, name,  # noqa: E402
-                           sync, text_of, wait_for)
+                           run_until, sync, text_of, to_choose, to_review, wait_for)
 from hpcwizard.catalog import load_catalog  # noqa: E402
 from hpcwizard.choices import make_choices  # noqa: E402
 from hpcwizard.plan import build_plan  # noqa: E402
@@ -24,12 +24,6 @@ from hpcwizard.screens.app import WizardApp  # noqa: E402
 from hpcwizard.screens.messages import RunEvents  # noqa: E402
 
 CATALOG = load_catalog()
-
-
-async def to_choose(pilot) -> None:
-    assert name(pilot.app) == "SystemScreen"
-    await pilot.press("enter")
-    await wait_for(pilot, lambda: name(pilot.app) == "ChooseScreen")
 
 
 async def choose_ib(pilot) -> None:
@@ -164,16 +158,8 @@ def _plan(facts, **choices):
 
 
 async def _run_to_failure(tmp_path, runner, pilot, app) -> None:
-    await to_choose(pilot)
-    await pilot.press("ctrl+n")
-    await wait_for(pilot, lambda: name(app) == "RecommendScreen")
-    await pilot.press("c")
-    await wait_for(pilot, lambda: name(app) == "ReviewScreen")
-    await wait_for(pilot, lambda: all(app.screen.checked))
-    await pilot.press("r")
-    await wait_for(pilot, lambda: name(app) == "RunScreen")
-    await wait_for(pilot, lambda: app.run_status == "failed")
-    await pilot.pause()
+    await run_until(pilot, "failed")
+    assert name(app) == "RunScreen"
 
 
 @sync
@@ -284,11 +270,7 @@ async def test_sudo_password_is_asked_once_before_the_run(tmp_path):
 
     app = make_app(tmp_path, facts=gpu_ib(sudo="password"), sudo=sudo)
     async with app.run_test(size=(80, 24)) as pilot:
-        await to_choose(pilot)
-        await pilot.press("ctrl+n")
-        await wait_for(pilot, lambda: name(app) == "RecommendScreen")
-        await pilot.press("c")
-        await wait_for(pilot, lambda: name(app) == "ReviewScreen")
+        await to_review(pilot)
         assert app.plan.needs_root
         await pilot.press("r")
         await pilot.pause()
@@ -323,11 +305,7 @@ async def test_ctrl_c_asks_before_stopping_a_running_step(tmp_path):
     runner = HangingRunner()
     app = make_app(tmp_path, runner=runner)
     async with app.run_test(size=(80, 24)) as pilot:
-        await to_choose(pilot)
-        await pilot.press("ctrl+n")
-        await wait_for(pilot, lambda: name(app) == "RecommendScreen")
-        await pilot.press("c")
-        await wait_for(pilot, lambda: name(app) == "ReviewScreen")
+        await to_review(pilot)
         await pilot.press("r")
         await wait_for(pilot, runner.started.is_set)
         await pilot.press("ctrl+c")
@@ -364,11 +342,7 @@ async def test_back_works_on_every_screen_before_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     app = make_app(tmp_path, facts=gpu_ib(sudo="nopasswd"))
     async with app.run_test(size=(80, 24)) as pilot:
-        await to_choose(pilot)
-        await pilot.press("ctrl+n")
-        await wait_for(pilot, lambda: name(app) == "RecommendScreen")
-        await pilot.press("c")
-        await wait_for(pilot, lambda: name(app) == "ReviewScreen")
+        await to_review(pilot)
         await pilot.press("e")
         await wait_for(pilot, lambda: name(app) == "ExportScreen")
         await pilot.press("escape")
@@ -396,11 +370,7 @@ async def test_export_from_review_writes_the_setup_script_without_running(tmp_pa
     runner = FakeRunner()
     app = make_app(tmp_path, runner=runner)
     async with app.run_test(size=(80, 24)) as pilot:
-        await to_choose(pilot)
-        await pilot.press("ctrl+n")
-        await wait_for(pilot, lambda: name(app) == "RecommendScreen")
-        await pilot.press("c")
-        await wait_for(pilot, lambda: name(app) == "ReviewScreen")
+        await to_review(pilot)
         await pilot.press("e")
         await wait_for(pilot, lambda: name(app) == "ExportScreen")
         await pilot.click("#export-write")
@@ -466,11 +436,7 @@ async def test_output_lines_arrive_batched(tmp_path):
 
     app = make_app(tmp_path, runner=runner)
     async with app.run_test(size=(80, 24), message_hook=hook) as pilot:
-        await to_choose(pilot)
-        await pilot.press("ctrl+n")
-        await wait_for(pilot, lambda: name(app) == "RecommendScreen")
-        await pilot.press("c")
-        await wait_for(pilot, lambda: name(app) == "ReviewScreen")
+        await to_review(pilot)
         await pilot.press("r")
         await wait_for(pilot, lambda: app.run_status == "done")
         await pilot.pause()

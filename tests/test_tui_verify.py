@@ -16,7 +16,7 @@ pytest.importorskip("textual")
 from textual.widgets import Input, Static  # noqa: E402
 
 from _tui_fixtures import (FakeRunner, bare_container, gpu_ib, make_app, name,  # noqa: E402
-                           sync, text_of, wait_for)
+                           run_until, sync, text_of, to_choose, wait_for)
 from _verify_fixtures import FakeSystem  # noqa: E402
 from hpcwizard.catalog import load_catalog  # noqa: E402
 from hpcwizard.choices import make_choices  # noqa: E402
@@ -28,19 +28,10 @@ from hpcwizard.verify import Ran  # noqa: E402
 async def run_to_done(pilot) -> None:
     """System -> Choose (MPI, TCP) -> configure here -> Run -> Done, then the verification
     the Done screen starts by itself has ended."""
-    app = pilot.app
-    await pilot.press("enter")
-    await wait_for(pilot, lambda: name(app) == "ChooseScreen")
-    await pilot.press("ctrl+n")
-    await wait_for(pilot, lambda: name(app) == "RecommendScreen")
-    await pilot.press("c")
-    await wait_for(pilot, lambda: name(app) == "ReviewScreen")
-    await wait_for(pilot, lambda: all(app.screen.checked))
-    await pilot.press("r")
-    await wait_for(pilot, lambda: app.run_status == "done")
+    await run_until(pilot, "done")
     await pilot.press("n")
-    await wait_for(pilot, lambda: name(app) == "DoneScreen")
-    await wait_for(pilot, lambda: app.screen.verify_state == "ended")
+    await wait_for(pilot, lambda: name(pilot.app) == "DoneScreen")
+    await wait_for(pilot, lambda: pilot.app.screen.verify_state == "ended")
     await pilot.pause()
 
 
@@ -176,15 +167,7 @@ async def test_quitting_during_a_verification_stops_its_commands(tmp_path):
     system = BlockingSystem()
     app = make_app(tmp_path, verify_system=system)
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.press("enter")
-        await wait_for(pilot, lambda: name(app) == "ChooseScreen")
-        await pilot.press("ctrl+n")
-        await wait_for(pilot, lambda: name(app) == "RecommendScreen")
-        await pilot.press("c")
-        await wait_for(pilot, lambda: name(app) == "ReviewScreen")
-        await wait_for(pilot, lambda: all(app.screen.checked))
-        await pilot.press("r")
-        await wait_for(pilot, lambda: app.run_status == "done")
+        await run_until(pilot, "done")
         await pilot.press("n")
         await wait_for(pilot, lambda: system.started.is_set())
         assert "Verifying… 0 checks finished" in text_of(
@@ -202,15 +185,7 @@ async def test_nothing_to_verify_after_undo(tmp_path):
     system = FakeSystem({})
     app = make_app(tmp_path, runner=runner, verify_system=system)
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.press("enter")
-        await wait_for(pilot, lambda: name(app) == "ChooseScreen")
-        await pilot.press("ctrl+n")
-        await wait_for(pilot, lambda: name(app) == "RecommendScreen")
-        await pilot.press("c")
-        await wait_for(pilot, lambda: name(app) == "ReviewScreen")
-        await wait_for(pilot, lambda: all(app.screen.checked))
-        await pilot.press("r")
-        await wait_for(pilot, lambda: app.run_status == "failed")
+        await run_until(pilot, "failed")
         await pilot.press("u")
         await wait_for(pilot, lambda: app.run_status == "undone")
         await pilot.press("n")
@@ -230,8 +205,7 @@ async def test_the_preset_path_has_nothing_here_to_verify(tmp_path, monkeypatch)
     system = FakeSystem({})
     app = make_app(tmp_path, facts=gpu_ib(sudo="none"), verify_system=system)
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.press("enter")
-        await wait_for(pilot, lambda: name(app) == "ChooseScreen")
+        await to_choose(pilot)
         await pilot.press("tab", "right", "enter", "ctrl+n")
         await wait_for(pilot, lambda: name(app) == "RecommendScreen")
         await pilot.press("p")
