@@ -380,10 +380,9 @@ class WizardApp(App[int]):
         self.verifying = None
         seconds = self.clock() - self.verify_started
         if message.report is not None and self.record is not None:
-            from hpcwizard.report_verify import format_report
+            from hpcwizard.report_verify import keep_in_record
 
-            self.record.set_verification(message.report.summary())
-            self.record.log("-- verify\n" + format_report(message.report, verbose=True))
+            keep_in_record(self.record, message.report)
         if self.done_screen is not None:
             self.done_screen.verify_ended(message.report, seconds, message.error)
 

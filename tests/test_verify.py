@@ -162,6 +162,44 @@ def test_cli_formats_and_exits(monkeypatch, capsys):
     assert rc == 0 and data["ok"] and data["hosts"]["source"] == "--hosts"
 
 
+def test_cli_verify_record_uses_its_choices_and_keeps_the_outcome(monkeypatch, capsys,
+                                                                  tmp_path):
+    """`verify --record R`: the record's choices (its port 2022), the outcome kept in it, as
+    the wizard's Done screen does; choices given beside it are refused, nothing run."""
+    import hpcwizard.verify as v
+    from hpcwizard.cli import main
+    from hpcwizard.compat import tomllib
+    from hpcwizard.record import Record
+
+    fake = FakeSystem({"node1": "ok", "node2": "nokey"})
+    monkeypatch.setattr(v, "System", lambda: fake)
+    monkeypatch.setattr("hpcwizard.cli._facts", lambda sysroot: facts(user=ROOT))
+    made = build_plan(facts(user=ROOT), make_choices(framework="mpi", network="tcp",
+                                                     mode="manual", ssh_port="2022"),
+                      load_catalog())
+    record = Record.new(made, facts(user=ROOT), tmp_path / "r.toml")
+    record.save()
+    before = record.path.read_bytes()
+
+    rc = main(["verify", "--ssh-port", "2023", "--record", str(record.path), "--hosts", "node1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--ssh-port" in err and "not both" in err and len(err.splitlines()) == 1
+    assert fake.calls == [] and record.path.read_bytes() == before
+
+    rc = main(["verify", "--record", str(record.path), "--hosts", "node1,node2"])
+    out = capsys.readouterr().out
+    assert rc == 1 and "FAIL  node2: key login returns its name" in out
+    assert all("2022" in argv for argv in fake.calls if argv[0] == "ssh")
+    kept = Record.load(record.path).data
+    assert kept["verify"]["failed"] == ["peer/node2/login"]
+    assert kept["verify"]["hosts"] == ["node1", "node2"]
+    assert kept["steps"] == tomllib.loads(before.decode())["steps"]  # only [verify] added
+    assert "-- verify" in record.log_path.read_text()
+
+    rc = main(["verify", "--here"])
+    assert rc == 2 and "--framework and --network, or --record" in capsys.readouterr().err
+
+
 def test_stop_kills_the_commands_in_flight_and_refuses_new_ones():
     """The wizard's quit during a verification: a real `sleep` (standing in for an ssh that
     waits on a dead peer) is killed with its process group; a later command does not start."""

@@ -26,10 +26,10 @@ class _Parser(argparse.ArgumentParser):
         raise BadInput(message)
 
 
-def _add_choices(p: argparse.ArgumentParser) -> None:
+def _add_choices(p: argparse.ArgumentParser, required: bool = True) -> None:
     g = p.add_argument_group(_("choices"))
-    g.add_argument("--framework", choices=("mpi", "pytorch"), required=True)
-    g.add_argument("--network", choices=("tcp", "ib"), required=True)
+    g.add_argument("--framework", choices=("mpi", "pytorch"), required=required)
+    g.add_argument("--network", choices=("tcp", "ib"), required=required)
     mode = g.add_mutually_exclusive_group()
     mode.add_argument("--preset", dest="mode", action="store_const", const="preset",
                       help=_("start the job from a preset image instead of configuring here"))
@@ -95,7 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--yes", action="store_true")
 
     v = sub.add_parser("verify", help=_("check SSH, names, MPI/PyTorch here and across instances"))
-    _add_choices(v)
+    _add_choices(v, required=False)
+    v.add_argument("--record", help=_("verify what this apply record configured (its choices, "
+                                      "instead of --framework/--network ...) and keep the "
+                                      "outcome in it"))
     vh = v.add_mutually_exclusive_group()
     vh.add_argument("--hosts", help=_("the job's hosts: node1,node2 or job-worker-{0..3} or node[1-3]"))
     vh.add_argument("--hostfile", help=_("an OpenMPI/MPICH hostfile naming the job's hosts"))
@@ -370,7 +373,29 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     if args.sysroot != "/":
         raise BadInput(_("verify checks this machine: --sysroot is for detect, plan and export"))
-    choices = _choices(args)
+    record = None
+    if args.record:
+        from .choices import choices_from_mapping
+        from .record import Record
+
+        given = [flag for flag, value, default in (
+            ("--framework", args.framework, None), ("--network", args.network, None),
+            ("--preset/--manual", args.mode, None), ("--user", args.user, ""),
+            ("--ssh-port", args.ssh_port, "2222"), ("--host-keys", args.host_keys, "pinned"),
+            ("--peers", args.peers, "*"), ("--ucx-url", args.ucx_url, ""),
+            ("--ucx-sha256", args.ucx_sha256, "")) if value != default]
+        if given:
+            raise BadInput(_("give --record or the choices ({flags}), not both: the record "
+                             "has its own").format(flags=", ".join(given)))
+        record = Record.load(Path(args.record))
+        if not os.access(record.path, os.W_OK):
+            raise BadInput(_("cannot write to record {path}: run verify as its owner").format(
+                path=record.path))
+        choices = choices_from_mapping(record.data["choices"])
+    elif not (args.framework and args.network):
+        raise BadInput(_("verify needs --framework and --network, or --record FILE"))
+    else:
+        choices = _choices(args)
     hosts = None
     if not args.here:
         try:
@@ -385,6 +410,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
         raise BadInput(_("--jobs {value!r} is not a number from 1 to 256").format(
             value=args.jobs))
     report = verify(plan, facts, hosts, max_workers=int(jobs))
+    if record is not None:
+        from .report_verify import keep_in_record
+
+        keep_in_record(record, report)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     else:

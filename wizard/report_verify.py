@@ -3,7 +3,7 @@ and each diagnosis (cause and fix). `check_lines` gives each line with its role,
 terminal (format_report) and the wizard's Done screen (which colours by role) say the same."""
 from __future__ import annotations
 
-from typing import List, Mapping, Optional, Tuple
+from typing import Any, List, Mapping, Optional, Tuple
 
 from .hosts import Hosts
 from .i18n import N_, _, field, ljust, width
@@ -65,3 +65,10 @@ def format_report(report: Report, verbose: bool = False) -> str:
         out += check_text(c, verbose)
     out.append(counts_line(report.counts, report.seconds))
     return "\n".join(out)
+
+
+def keep_in_record(record: Any, report: Report) -> None:
+    """The outcome into the record (its [verify] table, replacing an older one) and every
+    check, with what it ran, into its log."""
+    record.set_verification(report.summary())
+    record.log("-- verify\n" + format_report(report, verbose=True))
