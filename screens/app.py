@@ -12,7 +12,6 @@ Whatever runs still runs on this machine: use it to show or test the screens, no
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import json
 import os
 import threading
@@ -262,18 +261,9 @@ class WizardApp(App[int]):
             ok = subprocess.run(["sudo", "-v"]).returncode == 0
         return ok
 
-    def _record_path(self, plan: Any) -> Path:
-        from hpcwizard.record import state_dir
-
-        base = self._state_dir if self._state_dir is not None else state_dir()
-        c = plan.choices
-        name = self._record_name or (
-            f"{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}-{c.framework}-{c.network}.toml")
-        return Path(base) / "records" / name
-
     def start_run(self, plan: Any) -> None:
         """Sudo once (before the run, never inside it), a new record, then the worker."""
-        from hpcwizard.record import Record
+        from hpcwizard.record import Record, default_path
 
         from .run import RunScreen
 
@@ -285,7 +275,8 @@ class WizardApp(App[int]):
                             severity="error", timeout=8)
                 return
         self.plan = plan
-        self.record = Record.new(plan, self.facts, self._record_path(plan))
+        self.record = Record.new(plan, self.facts,
+                                 default_path(plan, self._state_dir, self._record_name))
         self.record.save()
         self.stoppable = StoppableRunner(self.runner_for(plan))
         self.run_screen = RunScreen(plan, self.record)
@@ -330,11 +321,9 @@ class WizardApp(App[int]):
         if self.running or self.record is None:
             return
         if how == "skip":
-            index = next((i for i, s in enumerate(self.record.steps)
-                          if s["status"] in ("failed", "interrupted")), None)
-            if index is not None:
-                self.record.update_step(index, status="skipped")
-                self.record.log(f"-- skipped by the user: {self.record.steps[index]['id']}")
+            from hpcwizard.apply import skip_stopped_step
+
+            skip_stopped_step(self.record)
         self.start_worker("undo" if how == "undo" else "apply")
 
     def finish_run(self, quit: bool) -> None:

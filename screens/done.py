@@ -259,9 +259,14 @@ class DoneScreen(WizardScreen):
     def result_text(self) -> Text:
         steps = self.record.steps
         count = {k: sum(1 for s in steps if s["status"] == k)
-                 for k in ("done", "skipped", "failed", "interrupted", "undone", "pending")}
+                 for k in ("done", "skipped", "user-skipped", "failed", "interrupted", "undone",
+                           "pending")}
         text = Text()
-        headline = {"done": (_("Done: this machine is configured."), "bold green"),
+        done = (_("Done: this machine is configured."), "bold green")
+        if count["user-skipped"]:  # the run finished, but without a step that failed
+            done = (_("Finished without the steps you skipped: the job may not work; "
+                      "the verification below says."), "bold yellow")
+        headline = {"done": done,
                     "undone": (_("Undone: the changes were taken back."), "bold magenta")}.get(
             self.status, (_("Stopped ({status}): not every step ran.").format(
                 status=status_word(self.status)), "bold yellow"))
@@ -269,7 +274,8 @@ class DoneScreen(WizardScreen):
         parts = [_("{n} done").format(n=count["done"]),
                  _("{n} skipped (already done)").format(n=count["skipped"])]
         parts += [_("{n} {status}").format(n=count[k], status=status_word(k))
-                  for k in ("failed", "interrupted", "undone", "pending") if count[k]]
+                  for k in ("user-skipped", "failed", "interrupted", "undone", "pending")
+                  if count[k]]
         text.append("  " + _(", ").join(parts) + "\n")
         label_record, label_log = _("Record"), _("Log")
         cells = max(width(label_record), width(label_log)) + 1

@@ -21,6 +21,7 @@ STATUS = {
     "running": ("▶", "bold cyan", N_("running")),
     "done": ("✓", "green", ""),
     "skipped": ("✓", "dim green", N_("already done")),
+    "user-skipped": ("»", "yellow", N_("skipped by you")),
     "failed": ("✗", "bold red", N_("failed")),
     "interrupted": ("■", "yellow", N_("stopped")),
     "undoing": ("↶", "bold cyan", N_("undoing")),
@@ -150,13 +151,16 @@ class RunScreen(WizardScreen):
         self.refresh_bindings()
 
     def done_count(self) -> int:
-        return sum(1 for s in self.status if s in ("done", "skipped", "undone", "undo-failed",
-                                                   "failed"))
+        return sum(1 for s in self.status if s in ("done", "skipped", "user-skipped", "undone",
+                                                   "undo-failed", "failed"))
 
     # --- events from the App's worker -------------------------------------------------------
 
     def start(self, action: str) -> None:
-        """The App started its worker again (retry, skip, undo)."""
+        """The App started its worker again (retry, skip, undo). The record says where each
+        step stands (a skipped failure is "user-skipped" now)."""
+        self.status = [s["status"] for s in self.record.steps]
+        self.query_one("#run-steps", Static).update(self.steps_text())
         self.action_name = action
         self.state = "undoing" if action == "undo" else "running"
         self.ended = None
@@ -199,7 +203,8 @@ class RunScreen(WizardScreen):
             log.write_lines(pending)
         self.query_one("#run-steps", Static).update(self.steps_text())
         progress = sum(1 for s in self.status if s in (
-            ("undone", "undo-failed") if self.action_name == "undo" else ("done", "skipped")))
+            ("undone", "undo-failed") if self.action_name == "undo"
+            else ("done", "skipped", "user-skipped")))
         self.query_one("#run-progress", ProgressBar).update(progress=progress, total=total)
 
     def _scroll_to(self, index: int) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from hpcwizard import apply as apply_mod
 from hpcwizard.apply import (RunFinished, ShellRunner, StepFinished, StepOutput, StepStarted,
-                             apply_record, undo_record)
+                             apply_record, skip_stopped_step, undo_record)
 from hpcwizard.choices import make_choices
 from hpcwizard.plan import Plan, Recommendation, Step, Target
 from hpcwizard.record import Record
@@ -218,6 +218,22 @@ def test_undo_after_a_failure_leaves_pending_steps_alone(record):
     undos = [t for t in runner.texts("run") if t.startswith("undo-")]
     assert undos == ["undo-3", "undo-2", "undo-1"]
     assert statuses(on_disk(record)) == ["undone", "undone", "undone", "pending", "pending"]
+
+
+def test_skipping_a_failed_step_goes_on_and_undo_still_covers_it(record):
+    """The wizard's Skip: the failed step is "user-skipped" (not "skipped", which says its
+    check passed); the run goes on after it; undo takes it back with the rest."""
+    runner = FakeRunner(fail={3: (1, ["boom"])})
+    assert apply_record(record, runner, lambda e: None) == "failed"
+    assert skip_stopped_step(record) == 2
+    assert skip_stopped_step(record) is None  # nothing else stopped
+    assert apply_record(record, runner, lambda e: None) == "done"
+    assert runner.texts("run").count("run-3") == 1
+    assert statuses(on_disk(record)) == ["done", "done", "user-skipped", "done", "done"]
+    assert "skipped by the user: demo/s3" in record.log_path.read_text()
+    assert undo_record(on_disk(record), runner, lambda e: None) == "undone"
+    assert [t for t in runner.texts("run") if t.startswith("undo-")] == [
+        "undo-5", "undo-4", "undo-3", "undo-2", "undo-1"]
 
 
 def test_undo_skips_steps_without_undo_text(tmp_path):

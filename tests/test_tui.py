@@ -17,6 +17,7 @@ from textual.widgets import Input, Log, OptionList, RadioSet, Static  # noqa: E4
 
 from _tui_fixtures import (FakeRunner, bare_container, gpu_ib, make_app, name,  # noqa: E402
                            run_until, sync, text_of, to_choose, to_review, wait_for)
+from hpcwizard.apply import undo_record  # noqa: E402
 from hpcwizard.catalog import load_catalog  # noqa: E402
 from hpcwizard.choices import make_choices  # noqa: E402
 from hpcwizard.plan import build_plan  # noqa: E402
@@ -210,16 +211,31 @@ async def test_retry_after_failure_finishes_the_run(tmp_path):
 
 
 @sync
-async def test_skip_after_failure_marks_the_step_skipped(tmp_path):
+async def test_skip_after_failure_goes_on_and_undo_still_covers_the_step(tmp_path):
     plan = _plan(bare_container(), framework="mpi", network="tcp")
-    runner = FakeRunner(fail=(plan.steps[1].run,), failures=5)
+    k = next(i for i, step in enumerate(plan.steps) if i > 0 and step.undo)  # sshd-config
+    runner = FakeRunner(fail=(plan.steps[k].run,), failures=5)
     app = make_app(tmp_path, runner=runner)
     async with app.run_test(size=(80, 24)) as pilot:
         await _run_to_failure(tmp_path, runner, pilot, app)
         await pilot.press("s")
         await wait_for(pilot, lambda: app.run_status == "done")
-        assert app.record.steps[1]["status"] == "skipped"
-        assert runner.ran().count(plan.steps[1].run) == 1
+        await pilot.pause()
+        steps_shown = text_of(app.screen.query_one("#run-steps", Static))
+        await pilot.press("n")
+        await wait_for(pilot, lambda: name(app) == "DoneScreen")
+        summary = text_of(app.screen.query_one("#done-summary", Static))
+        # not "skipped" (its check passed): it failed, it may be partly done, undo covers it
+        assert app.record.steps[k]["status"] == "user-skipped"
+        assert runner.ran().count(plan.steps[k].run) == 1
+        before = len(runner.ran())
+        undone = undo_record(app.record, runner, lambda event: None)
+    shown = steps_shown.splitlines()[k]
+    assert shown.startswith(f"» {k + 1}/") and shown.endswith("skipped by you")
+    assert "Finished without the steps you skipped" in summary
+    assert "1 skipped by you" in summary
+    assert undone == "undone"
+    assert plan.steps[k].undo in runner.ran()[before:]
 
 
 # --- refusals at the field -------------------------------------------------------------------

@@ -22,7 +22,7 @@ from .record import Record, now
 CHECK_TIMEOUT = 60.0
 # The step statuses undo takes back: every step whose text may have run, partly or whole.
 # "running" is a step a killed run (SIGKILL, power loss) left: it may be partly done.
-UNDO_STATUSES = ("done", "failed", "interrupted", "undo-failed", "running")
+UNDO_STATUSES = ("done", "failed", "interrupted", "user-skipped", "undo-failed", "running")
 
 
 # --- events ---------------------------------------------------------------------------------
@@ -193,6 +193,18 @@ def _tail(lines: List[str], n: int = 200) -> List[str]:
     return lines[-n:]
 
 
+def skip_stopped_step(record: Record) -> Optional[int]:
+    """After a failure or a stop, the user goes on without that step: it becomes
+    "user-skipped" (not "skipped", which says its check passed), and undo still takes back
+    what it may have done. Returns its index, or None when no step had stopped."""
+    for i, step in enumerate(record.steps):
+        if step["status"] in ("failed", "interrupted"):
+            record.update_step(i, status="user-skipped")
+            record.log(f"-- skipped by the user: {step['id']}")
+            return i
+    return None
+
+
 def apply_record(record: Record, runner: Runner, sink: Sink) -> str:
     """Apply the steps in record (pending ones), updating it after each. Returns the final
     status: done | failed | interrupted."""
@@ -201,7 +213,7 @@ def apply_record(record: Record, runner: Runner, sink: Sink) -> str:
     record.set_status("running")
     record.log(f"== hpcwizard apply {now()} ({total} steps)")
     for i, step in enumerate(steps):
-        if step["status"] in ("done", "skipped"):
+        if step["status"] in ("done", "skipped", "user-skipped"):
             continue
         sink(StepStarted(i, total, step["id"], step["title"]))
         record.log(f"\n== [{i + 1}/{total}] {step['id']}: {step['title']}")

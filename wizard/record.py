@@ -21,8 +21,10 @@ from .i18n import _
 from .validate import BadInput
 
 SCHEMA = 1
-STATUSES = ("pending", "running", "done", "skipped", "failed", "interrupted", "undone",
-            "undo-failed")
+# skipped: its check passed, nothing to do; user-skipped: it failed (or was stopped) and the
+# user went on without it, so it may be partly done
+STATUSES = ("pending", "running", "done", "skipped", "user-skipped", "failed", "interrupted",
+            "undone", "undo-failed")
 
 
 def state_dir() -> Path:
@@ -59,6 +61,15 @@ def write_private(path: Path, data: bytes) -> None:
         raise
 
 
+def default_path(plan: Any, base: Optional[Path] = None, name: str = "") -> Path:
+    """Where a run's record goes: BASE/records/NAME, by default the state directory and
+    YYYYmmdd-HHMMSS-FRAMEWORK-NETWORK.toml."""
+    c = plan.choices
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return (Path(base) if base is not None else state_dir()) / "records" / (
+        name or f"{stamp}-{c.framework}-{c.network}.toml")
+
+
 class Record:
     """The record of one apply (or undo) run; `data` is exactly what the TOML file holds."""
 
@@ -71,11 +82,8 @@ class Record:
 
     @classmethod
     def new(cls, plan: Any, facts: Any, path: Optional[Path] = None) -> "Record":
-        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         c = plan.choices
-        if path is None:
-            path = state_dir() / "records" / f"{stamp}-{c.framework}-{c.network}.toml"
-        path = Path(path)
+        path = Path(path) if path is not None else default_path(plan)
         data: Dict[str, Any] = {
             "schema": SCHEMA,
             "tool": f"hpcwizard {__version__}",

@@ -69,7 +69,8 @@ def format_dry_run(plan: Plan, done: Sequence[bool]) -> str:
     return "\n".join(out)
 
 
-STATUS_WORDS = {"done": N_("done"), "skipped": N_("skipped"), "failed": N_("failed"),
+STATUS_WORDS = {"done": N_("done"), "skipped": N_("skipped"),
+                "user-skipped": N_("skipped by you"), "failed": N_("failed"),
                 "interrupted": N_("interrupted"), "undone": N_("undone"),
                 "undo-failed": N_("undo failed"), "pending": N_("pending")}
 
