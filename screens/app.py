@@ -164,6 +164,8 @@ class WizardApp(App[int]):
         self.stoppable: Optional[StoppableRunner] = None
         self._verify_system = verify_system
         self.verifying: Any = None  # the System of the verification in flight
+        self.verify_stopped = False  # it was stopped (quit): what it found is not kept
+        self.verify_ok: Optional[bool] = None  # the last verification's outcome
         self.verify_started = 0.0
         self.done_screen: Any = None
 
@@ -366,19 +368,33 @@ class WizardApp(App[int]):
             self.done_screen.verify_checked(message.check)
 
     def on_verify_ended(self, message: VerifyEnded) -> None:
-        self.verifying = None
+        stopped = self.verify_stopped
+        self.verifying, self.verify_stopped = None, False
+        if stopped:  # killed on the way out: its failures are ours, not the machine's
+            return
         seconds = self.clock() - self.verify_started
+        self.verify_ok = message.report is not None and message.report.ok
         if message.report is not None and self.record is not None:
             from hpcwizard.report_verify import keep_in_record
 
-            keep_in_record(self.record, message.report)
+            try:
+                keep_in_record(self.record, message.report)
+            except OSError as exc:
+                self.notify(_("could not keep the verification in the record {path}: {error}")
+                            .format(path=self.record.path, error=exc), severity="error",
+                            timeout=10)
         if self.done_screen is not None:
             self.done_screen.verify_ended(message.report, seconds, message.error)
 
     def exit_with_status(self) -> None:
         if self.verifying is not None:
+            self.verify_stopped = True
             self.verifying.stop()  # ssh and mpirun would hold the exit until their time-outs
         code = {None: 0, "done": 0, "undone": 0, "interrupted": 130}.get(self.run_status, 1)
+        skipped = self.record is not None and any(
+            s["status"] == "user-skipped" for s in self.record.steps)
+        if self.run_status == "done" and (skipped or self.verify_ok is False):
+            code = 1  # finished, but without a step, or it does not work as verified
         self.exit(code, return_code=code)
 
     # --- keys everywhere ----------------------------------------------------------------------
@@ -460,8 +476,9 @@ def load_facts_file(path: str) -> Any:
 
 
 def run_tui() -> int:
-    """Start the wizard on this terminal; returns the exit status (0 done or nothing run,
-    1 a step failed, 130 interrupted)."""
+    """Start the wizard on this terminal; returns the exit status: 0 done (and verified, if
+    verified) or nothing run; 1 a step failed or was skipped, or the verification failed;
+    130 interrupted."""
     from hpcwizard.lock import run_lock
 
     facts_file = os.environ.get("HPCWIZARD_FACTS", "")

@@ -48,7 +48,7 @@ class VerifyResults(Static):
     """The checks; tells the screen when it has been laid out at a new height."""
 
     def on_resize(self) -> None:
-        self.call_after_refresh(self.screen.scroll_to_verify)
+        self.call_after_refresh(self.screen.scroll_to_verify, True)
 
 
 class DoneScreen(WizardScreen):
@@ -81,8 +81,8 @@ class DoneScreen(WizardScreen):
 
     @property
     def can_verify(self) -> bool:
-        """Something was configured here and is still there."""
-        return self.record is not None and self.status != "undone"
+        """The run configured this machine (not undone, not stopped part-way)."""
+        return self.record is not None and self.status == "done"
 
     @property
     def BACK(self) -> bool:  # type: ignore[override]
@@ -114,7 +114,7 @@ class DoneScreen(WizardScreen):
 
     def on_mount(self) -> None:
         self.query_one("#export-write", Button).focus()
-        if not self.started and self.can_verify and self.status == "done":
+        if not self.started and self.can_verify:
             self.started = True
             self.action_verify()  # a finished run: does it work?
 
@@ -137,12 +137,15 @@ class DoneScreen(WizardScreen):
 
     # --- verification --------------------------------------------------------------------------
 
-    def hosts_hint(self, error: str = "") -> Text:
+    def hosts_hint(self, error: str = "", value: Optional[str] = None) -> Text:
+        """Under the hosts field: the refusal, else where the hosts came from (while the
+        field still holds the platform's), else what to type."""
         if error:
             return Text(error, style="bold red")
         if self.env_error:  # the platform's variables name hosts hpcwizard cannot read
             return Text(self.env_error, style="yellow")
-        if self.env_hosts is not None:
+        value = self.hosts_text if value is None else value
+        if self.env_hosts is not None and value.strip() == ",".join(self.env_hosts.names):
             return Text(_("from {source}; empty: this instance only").format(
                 source=self.env_hosts.source))
         return Text(_("the job's instances, to check SSH and {framework} across them; empty: "
@@ -154,7 +157,10 @@ class DoneScreen(WizardScreen):
         field, with the reason."""
         from hpcwizard.validate import BadInput
 
-        if not self.can_verify or self.verify_state == "running":
+        if not self.can_verify:
+            return
+        if self.verify_state == "running":
+            self.notify(_("A verification is running; wait for it to end."))
             return
         hosts_input = self.query_one("#verify-hosts", Input)
         text = hosts_input.value.strip()
@@ -169,7 +175,7 @@ class DoneScreen(WizardScreen):
             return
         if not self.app.start_verify(hosts):
             return
-        self.query_one("#verify-hint", Static).update(self.hosts_hint())
+        self.query_one("#verify-hint", Static).update(self.hosts_hint(value=text))
         self.scroll_pending = False
         self.verify_state, self.checks, self.report, self.verify_error = "running", [], None, ""
         self.verified_hosts = hosts
@@ -192,10 +198,12 @@ class DoneScreen(WizardScreen):
             self.scroll_pending = True
             self.call_after_refresh(self.scroll_to_verify)
 
-    def scroll_to_verify(self) -> None:
+    def scroll_to_verify(self, laid_out: bool = False) -> None:
+        """laid_out: the results have their final height; later resizes leave the view be."""
         if self.scroll_pending:
             for row in self.query(".verify-row"):
                 row.scroll_visible(top=True, animate=False)
+            self.scroll_pending = not laid_out
 
     def _show_results(self) -> None:
         for results in self.query("#verify-results").results(Static):
@@ -303,7 +311,8 @@ class DoneScreen(WizardScreen):
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "verify-hosts" and event.validation_result is not None:
             failures = "; ".join(event.validation_result.failure_descriptions)
-            self.query_one("#verify-hint", Static).update(self.hosts_hint(failures))
+            self.query_one("#verify-hint", Static).update(
+                self.hosts_hint(failures, event.value))
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "verify-run":

@@ -145,14 +145,16 @@ def name(app) -> str:
 
 def text_of(widget) -> str:
     """What a Static shows, as plain text (tables and groups included)."""
+    import io
+
     from rich.console import Console
 
     content = widget.content
     if isinstance(content, str):
         return content
-    console = Console(width=200, color_system=None, record=True, file=open("/dev/null", "w"))
+    console = Console(width=200, color_system=None, file=io.StringIO())
     console.print(content)
-    return console.export_text()
+    return console.file.getvalue()
 
 
 async def to_choose(pilot) -> None:

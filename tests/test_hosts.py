@@ -66,3 +66,22 @@ def test_nothing_given():
         find_hosts(env={})
     with pytest.raises(BadInput):
         find_hosts("a", "f", env={})
+
+
+@pytest.mark.parametrize("text, expand", [
+    ("x{0..4095}{0..4095}", expand_pattern),  # 16.7 million names, each range under the cap
+    ("x{0..99}{0..99}{0..99}", expand_pattern),
+    ("r[0-4095]-n[0-4095]", expand_nodelist),
+    (",".join(f"n{i}-[0-99]" for i in range(50)), expand_nodelist),  # 5000 in 50 items
+    (",".join(f"n{i}-{{0..99}}" for i in range(50)), lambda t: find_hosts(hosts=t)),
+])
+def test_too_many_hosts_are_refused_before_they_are_built(text, expand):
+    """The wizard checks the hosts field at every key: ranges that multiply past the cap are
+    refused from their sizes, not after building millions of names."""
+    with pytest.raises(BadInput, match="more than 4096 hosts"):
+        expand(text)
+
+
+def test_the_cap_itself_still_expands():
+    assert len(expand_pattern("n{1..64}-{1..64}")) == 4096
+    assert len(expand_nodelist("r[1-64]-n[1-64]")) == 4096

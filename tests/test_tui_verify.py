@@ -124,7 +124,7 @@ async def test_a_bad_host_list_is_refused_at_the_field(tmp_path):
         assert app.focused is done.query_one("#verify-hosts", Input)
         assert done.verify_state == "ended" and done.checks == before
     assert "node1;reboot" in said and "host name" in said
-    assert hint.visual_style.foreground is not None  # coloured as an error, not the hint
+    assert str(hint.content.style) == "bold red"  # an error, not the hint
     assert len(system.calls) == calls  # nothing ran
 
 
@@ -174,7 +174,10 @@ async def test_quitting_during_a_verification_stops_its_commands(tmp_path):
             app.screen.query_one("#verify-results", Static))
         await pilot.press("q")
     assert system.stopped.is_set()
-    assert app.return_code == 0
+    assert app.return_code == 0  # the run finished; the verification was not finished
+    # killed on the way out, its checks "failed": that says nothing of the machine
+    assert "verify" not in Record.load(app.record.path).data
+    assert "-- verify" not in app.record.log_path.read_text()
 
 
 @sync
@@ -231,3 +234,46 @@ def test_record_keeps_only_the_outcome(tmp_path):
     assert saved["failed"] == ["peer/node2/login"] and saved["ok"] is False
     assert set(saved) == {"ok", "counts", "hosts", "failed", "at"}
     assert "ssh" not in record.path.read_text().split("[verify]")[1]
+
+
+@sync
+async def test_the_exit_status_says_a_failed_verification(tmp_path, monkeypatch):
+    """Quit after a run whose verification failed: 1, as `hpcwizard verify` would; once it
+    passes again, 0."""
+    monkeypatch.setenv("HOSTS", "node1,node2")
+    system = FakeSystem({"node1": "ok", "node2": "down"})
+    app = make_app(tmp_path, verify_system=system)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await run_to_done(pilot)
+        assert app.verify_ok is False
+        await pilot.press("q")
+    assert app.return_code == 1
+
+    system = FakeSystem({"node1": "ok", "node2": "ok"})
+    app = make_app(tmp_path / "again", verify_system=system)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await run_to_done(pilot)
+        assert app.verify_ok is True
+        await pilot.press("q")
+    assert app.return_code == 0
+
+
+@sync
+async def test_the_hint_names_the_platform_only_for_its_hosts(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "node[1-2]")
+    app = make_app(tmp_path, verify_system=FakeSystem({"node1": "ok", "node2": "ok"}))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await run_to_done(pilot)
+        done = app.screen
+        hint = done.query_one("#verify-hint", Static)
+        assert done.query_one("#verify-hosts", Input).value == "node1,node2"
+        assert "from SLURM_JOB_NODELIST" in text_of(hint)
+        await pilot.click("#verify-hosts")
+        await pilot.press("end", "backspace")  # node1,node : typed, not the platform's
+        await pilot.pause()
+        typed = text_of(hint)
+        await pilot.press("2")
+        await pilot.pause()
+        back = text_of(hint)
+    assert "SLURM" not in typed and "empty: this instance only" in typed
+    assert "from SLURM_JOB_NODELIST" in back

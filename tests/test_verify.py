@@ -200,6 +200,54 @@ def test_cli_verify_record_uses_its_choices_and_keeps_the_outcome(monkeypatch, c
     assert rc == 2 and "--framework and --network, or --record" in capsys.readouterr().err
 
 
+def _cli_record(monkeypatch, tmp_path, peers):
+    import hpcwizard.verify as v
+    from hpcwizard.record import Record
+
+    fake = FakeSystem(peers)
+    monkeypatch.setattr(v, "System", lambda: fake)
+    monkeypatch.setattr("hpcwizard.cli._facts", lambda sysroot: facts(user=ROOT))
+    made = build_plan(facts(user=ROOT), make_choices(framework="mpi", network="tcp",
+                                                     mode="manual"), load_catalog())
+    record = Record.new(made, facts(user=ROOT), tmp_path / "r.toml")
+    record.save()
+    return fake, record
+
+
+def test_cli_verify_record_of_another_user_is_refused(monkeypatch, capsys, tmp_path):
+    """Root verifying alice's record would check root's setup and leave alice a record she
+    cannot read: refused, nothing run, the record as it was."""
+    import os
+
+    from hpcwizard.cli import main
+
+    fake, record = _cli_record(monkeypatch, tmp_path, {"node1": "ok"})
+    before = record.path.read_bytes()
+    monkeypatch.setattr(os, "geteuid", lambda: record.path.stat().st_uid + 1)
+    rc = main(["verify", "--record", str(record.path), "--hosts", "node1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "run verify as its owner" in err and len(err.splitlines()) == 1
+    assert fake.calls == [] and record.path.read_bytes() == before
+
+
+def test_cli_verify_record_that_cannot_be_written_keeps_the_printed_checks(monkeypatch,
+                                                                          capsys, tmp_path):
+    from hpcwizard.cli import main
+    from hpcwizard.record import Record
+
+    fake, record = _cli_record(monkeypatch, tmp_path, {"node1": "ok"})
+
+    def full(self):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Record, "save", full)
+    rc = main(["verify", "--record", str(record.path), "--hosts", "node1"])
+    out, err = capsys.readouterr()
+    assert "PASS  node1: key login returns its name" in out  # the checks are not lost
+    assert rc == 1 and err.strip().endswith("No space left on device")
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
 def test_stop_kills_the_commands_in_flight_and_refuses_new_ones():
     """The wizard's quit during a verification: a real `sleep` (standing in for an ssh that
     waits on a dead peer) is killed with its process group; a later command does not start."""

@@ -388,7 +388,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
             raise BadInput(_("give --record or the choices ({flags}), not both: the record "
                              "has its own").format(flags=", ".join(given)))
         record = Record.load(Path(args.record))
-        if not os.access(record.path, os.W_OK):
+        # as its owner: the choices ("you") mean that user, and the record stays theirs
+        if (record.path.stat().st_uid != os.geteuid()
+                or not os.access(record.path.parent, os.W_OK)):
             raise BadInput(_("cannot write to record {path}: run verify as its owner").format(
                 path=record.path))
         choices = choices_from_mapping(record.data["choices"])
@@ -410,14 +412,19 @@ def cmd_verify(args: argparse.Namespace) -> int:
         raise BadInput(_("--jobs {value!r} is not a number from 1 to 256").format(
             value=args.jobs))
     report = verify(plan, facts, hosts, max_workers=int(jobs))
-    if record is not None:
-        from .report_verify import keep_in_record
-
-        keep_in_record(record, report)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     else:
         print(format_report(report))
+    if record is not None:
+        from .report_verify import keep_in_record
+
+        try:
+            keep_in_record(record, report)
+        except OSError as exc:  # the checks ran and are printed: say what was not kept
+            print(_("hpcwizard: could not keep the outcome in {path}: {error}").format(
+                path=record.path, error=exc.strerror or exc), file=sys.stderr)
+            return EXIT_FAILED
     return EXIT_OK if report.ok else EXIT_FAILED
 
 

@@ -48,9 +48,24 @@ class Hosts:
 
 # --- expansions ---------------------------------------------------------------------------
 
+def _too_many(text: str, count: int) -> None:
+    """Refuse before expanding: ranges multiply, and the wizard checks as the user types."""
+    if count > MAX_HOSTS:
+        raise BadInput(_("host pattern {text!r} gives more than {max} hosts").format(
+            text=text, max=MAX_HOSTS))
+
+
 def expand_pattern(text: str) -> List[str]:
     """'job-worker-{0..3}' -> job-worker-0..3; '{00..11}' keeps the zero padding;
     several ranges multiply. Text without a range is returned as one name."""
+    count = 1
+    for m in _BRACE.finditer(text):
+        count *= max(int(m.group(2)) - int(m.group(1)) + 1, 1)
+    _too_many(text, count)
+    return _expand_braces(text)
+
+
+def _expand_braces(text: str) -> List[str]:
     m = _BRACE.search(text)
     if not m:
         return [text]
@@ -66,7 +81,7 @@ def expand_pattern(text: str) -> List[str]:
     out: List[str] = []
     for i in range(lo, hi + 1):
         num = str(i).zfill(width)
-        out += expand_pattern(text[:m.start()] + num + text[m.end():])
+        out += _expand_braces(text[:m.start()] + num + text[m.end():])
     return out
 
 
@@ -92,8 +107,20 @@ def expand_nodelist(text: str) -> List[str]:
     node01 node02 node03 node07 gpu5 rack1-n1 rack1-n2 rack2-n1 rack2-n2."""
     out: List[str] = []
     for item in _split_top(text):
+        count = 1
+        for group in re.findall(r"\[([^\[\]]*)\]", item):
+            count *= sum(_range_size(r) for r in group.split(","))
+        _too_many(item, count + len(out))
         out += _expand_brackets(item)
     return out
+
+
+def _range_size(rng: str) -> int:
+    """How many numbers 'N' or 'N-M' stands for (1 for what _expand_brackets refuses)."""
+    a, sep, b = rng.strip().partition("-")
+    if sep and a.isdigit() and b.isdigit() and int(b) >= int(a):
+        return int(b) - int(a) + 1
+    return 1
 
 
 def _expand_brackets(item: str) -> List[str]:
@@ -158,6 +185,7 @@ def _from_list(text: str) -> List[str]:
             out += expand_nodelist(item)
         else:
             out += expand_pattern(item)
+        _too_many(text, len(out))
     return out
 
 

@@ -31,7 +31,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -749,9 +749,8 @@ def check_torch_allreduce(ctx: _Ctx, hosts: Hosts, here: str) -> List[Check]:
     remote = ctx.ssh(other, f"{envs} bash {shlex.quote(spath)} -- {shlex.quote(py)} "
                             f"{shlex.quote(ppath)}")
     with ThreadPoolExecutor(max_workers=2) as pool:
-        f_local = pool.submit(ctx.sys.run, local, JOB_TIMEOUT)
-        f_remote = pool.submit(ctx.sys.run, remote, JOB_TIMEOUT)
-        r_local, r_remote = f_local.result(), f_remote.result()
+        r_local, r_remote = _gather(ctx, [pool.submit(ctx.sys.run, local, JOB_TIMEOUT),
+                                          pool.submit(ctx.sys.run, remote, JOB_TIMEOUT)])
     results = parse_allreduce(r_local.out) + parse_allreduce(r_remote.out)
     ok = (r_local.ok and r_remote.ok and len(results) == 2
           and all(x.get("sum") == x.get("expected") for x in results))
@@ -785,6 +784,18 @@ def check_torch_allreduce(ctx: _Ctx, hosts: Hosts, here: str) -> List[Check]:
 # --- the whole ----------------------------------------------------------------------------------
 
 
+def _gather(ctx: _Ctx, futures: Sequence[Future]) -> list:
+    """The futures' results in order. On Ctrl+C the commands in flight are killed first:
+    leaving the pool's `with` waits for its threads, that is for every ssh to time out."""
+    try:
+        return [f.result() for f in futures]
+    except KeyboardInterrupt:
+        for f in futures:
+            f.cancel()
+        ctx.sys.stop()
+        raise
+
+
 def verify(plan: Plan, facts: Facts, hosts: Optional[Hosts] = None,
            system: Optional[System] = None,
            on_check: Optional[Callable[[Check], None]] = None,
@@ -811,15 +822,7 @@ def verify(plan: Plan, facts: Facts, hosts: Optional[Hosts] = None,
                 emit(cs)
                 return cs
 
-            futures = [pool.submit(one, h) for h in names]
-            try:
-                per_host = [f.result() for f in futures]
-            except KeyboardInterrupt:
-                # Ctrl+C: the pool would wait for every ssh to time out before letting go
-                for f in futures:
-                    f.cancel()
-                ctx.sys.stop()
-                raise
+            per_host = _gather(ctx, [pool.submit(one, h) for h in names])
         for cs in per_host:
             checks += cs
         reachable = all(c.status == PASS for cs in per_host for c in cs)
