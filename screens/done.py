@@ -25,9 +25,9 @@ ROLE_STYLE = {"pass": "green", "fail": "bold red", "skip": "dim", "ran": "dim",
 
 def _hosts_from_text(text: str) -> Any:
     """The Hosts typed in the field (None when empty: this instance only)."""
-    from hpcwizard.hosts import find_hosts
+    from hpcwizard.hosts import hosts_from_text
 
-    return find_hosts(hosts=text) if text.strip() else None
+    return hosts_from_text(text, _("hosts")) if text.strip() else None
 
 
 def platform_hosts() -> Tuple[Any, str]:

@@ -338,6 +338,55 @@ def test_tui_field_refuses(case: str, tmp_path: Path) -> None:
     assert not Path("/tmp/pwned").exists()
 
 
+# --- the Done screen's hosts field (verification) ------------------------------------------
+
+DONE_HOSTS_CASES: Dict[str, Tuple[str, str]] = {  # typed value, words of the refusal
+    "done-hosts-semicolon": ("node1;reboot", "hosts: host name 'node1;reboot' is not valid"),
+    "done-hosts-subst": ("$(touch /tmp/pwned)", "is not valid"),
+    "done-hosts-backtick": ("`touch /tmp/pwned`", "is not valid"),
+    "done-hosts-option": ("-oProxyCommand=id", "is not valid"),
+    "done-hosts-countdown": ("n{5..1}", "counts down"),
+    "done-hosts-bracket": ("node[1-", "unmatched bracket"),
+    "done-hosts-huge": ("x{0..4095}{0..4095}", "more than 4096 hosts"),
+    "done-hosts-twice": ("node1,node1", "twice"),
+}
+
+
+@pytest.mark.parametrize("case", list(DONE_HOSTS_CASES))
+def test_done_hosts_field_refuses(case: str, tmp_path: Path) -> None:
+    """Typed into Done's hosts field and submitted: refused at the field in one line, no
+    verification started (the fake System sees no new command), nothing written."""
+    pytest.importorskip("textual")
+    sys.path.insert(0, str(Path(__file__).parent))
+    from textual.widgets import Input, Static
+
+    from _tui_fixtures import make_app, run_until, text_of, wait_for
+    from _verify_fixtures import FakeSystem
+
+    value, words = DONE_HOSTS_CASES[case]
+    system = FakeSystem({})
+    app = make_app(tmp_path, verify_system=system)
+
+    async def go() -> Tuple[int, str, str]:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await run_until(pilot, "done")
+            await pilot.press("n")
+            await wait_for(pilot, lambda: type(app.screen).__name__ == "DoneScreen"
+                           and app.screen.verify_state == "ended")
+            calls = len(system.calls)
+            app.screen.query_one("#verify-hosts", Input).focus()
+            await pilot.press(*value, "enter")
+            await pilot.pause(0.1)
+            hint = app.screen.query_one("#verify-hint", Static)
+            return len(system.calls) - calls, text_of(hint), str(hint.content.style)
+
+    new_calls, hint, style = asyncio.run(go())
+    assert new_calls == 0, f"{case}: a verification ran"
+    assert words in hint and "\n" not in hint.strip(), f"{case}: the field says {hint!r}"
+    assert style == "bold red"
+    assert not Path("/tmp/pwned").exists()
+
+
 # --- an older record still loads (a newer one is refused: tests/test_record.py) -------------
 
 def test_an_older_record_without_the_newer_optional_fields_loads_and_undoes(tmp_path) -> None:

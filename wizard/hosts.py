@@ -279,13 +279,19 @@ def from_environment(env: Mapping[str, str]) -> Optional[Hosts]:
     return _master_world(env)
 
 
+def hosts_from_text(text: str, source: str) -> Hosts:
+    """Hosts typed as a list or patterns ("node1,node2", "job-{0..3}", "node[1-4]"); source
+    names where, in the refusals ("--hosts", the wizard's field)."""
+    return _checked(_from_list(text), source)
+
+
 def find_hosts(hosts: Optional[str] = None, hostfile: Optional[str] = None,
                env: Optional[Mapping[str, str]] = None) -> Hosts:
     """The job's hosts, from the first source that names any; BadInput when none does."""
     if hosts and hostfile:
         raise BadInput(_("give --hosts or --hostfile, not both"))
     if hosts is not None:
-        return _checked(_from_list(hosts), "--hosts")
+        return hosts_from_text(hosts, "--hosts")
     if hostfile is not None:
         return _read_hostfile(hostfile, f"--hostfile {hostfile}")
     found = from_environment(os.environ if env is None else env)

@@ -74,7 +74,7 @@ def test_done_verifies_across_three_instances_for_real(setup, tmp_path):
             assert "8 passed, 1 failed, 3 skipped" in shown, shown
             assert "cause:" in shown and "fix:" in shown
             t.keys("q")
-            t.wait_for("HPCWIZARD-EXIT=0")
+            t.wait_for("HPCWIZARD-EXIT=1")  # its last verification failed
         finally:
             t.kill()
             if "node3" in c.hidden:
