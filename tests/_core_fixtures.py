@@ -6,6 +6,7 @@ from __future__ import annotations
 import pwd
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
@@ -80,3 +81,11 @@ def bash(text: str, *, strict: bool = True, args: Sequence[str] = (),
     argv = ["bash", "-euo", "pipefail", "-c", text] if strict else ["bash", "-c", text]
     return subprocess.run([*argv, "bash", *args], capture_output=True, text=True,
                           cwd=str(cwd) if cwd else None, stdin=subprocess.DEVNULL)
+
+
+def wizard_exe() -> str:
+    """The installed console script (beside this Python, else on PATH)."""
+    exe = Path(sys.executable).with_name("hpcwizard")
+    found = str(exe) if exe.exists() else shutil.which("hpcwizard")
+    assert found, "the hpcwizard console script is not installed: pip install -e ."
+    return found

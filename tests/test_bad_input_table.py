@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-import shutil
 import stat
 import subprocess
 import sys
@@ -20,6 +19,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import pytest
+
+from _core_fixtures import wizard_exe
 
 MPI_TCP = ["--framework", "mpi", "--network", "tcp"]
 MPI_IB = ["--framework", "mpi", "--network", "ib"]
@@ -141,13 +142,6 @@ CASES: Dict[str, Case] = {
     "env-apt-lock-timeout": (PLAN, {"HPCWIZARD_APT_LOCK_TIMEOUT": "soon"}, {}),
     "env-apt-lock-timeout-shell": (APPLY, {"HPCWIZARD_APT_LOCK_TIMEOUT": "1;touch /tmp/pwned"}, {}),
 }
-
-
-def wizard_exe() -> str:
-    exe = Path(sys.executable).with_name("hpcwizard")
-    found = str(exe) if exe.exists() else shutil.which("hpcwizard")
-    assert found, "the hpcwizard console script is not installed: pip install -e ."
-    return found
 
 
 def snapshot(*roots: Path) -> Dict[str, str]:

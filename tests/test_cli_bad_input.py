@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import stat
 import subprocess
-import sys
 from pathlib import Path
 from typing import Dict
 
 import pytest
+
+from _core_fixtures import wizard_exe
 
 APPLY = ["apply", "--framework", "mpi", "--network", "tcp", "--manual", "--yes"]
 
@@ -23,13 +23,6 @@ CASES = {
     "framework-foo": ["apply", "--framework", "foo", "--network", "tcp", "--manual", "--yes"],
     "undo-missing-record": ["undo", "{tmp}/no-such-record.toml", "--yes"],
 }
-
-
-def wizard_exe() -> str:
-    exe = Path(sys.executable).with_name("hpcwizard")
-    found = str(exe) if exe.exists() else shutil.which("hpcwizard")
-    assert found, "the hpcwizard console script is not installed: pip install -e ."
-    return found
 
 
 def snapshot(*roots: Path) -> Dict[str, str]:

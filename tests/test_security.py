@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import List
 
 import pytest
+
+from _core_fixtures import wizard_exe
 
 MPI_TCP = ["--framework", "mpi", "--network", "tcp"]
 
@@ -28,13 +29,6 @@ def payloads(pwned: Path) -> List[str]:
     p = str(pwned)
     return [f"x;touch {p}", f"$(touch {p})", f"`touch {p}`", f"x\ntouch {p}", f"x' ; touch {p}; '",
             f'x" ; touch {p}; "', f"x&&touch {p}", f"x|touch {p}", f"node[1-2];touch {p}"]
-
-
-def wizard_exe() -> str:
-    exe = Path(sys.executable).with_name("hpcwizard")
-    found = str(exe) if exe.exists() else shutil.which("hpcwizard")
-    assert found, "the hpcwizard console script is not installed: pip install -e ."
-    return found
 
 
 def run(argv: List[str], tmp: Path, **env: str) -> subprocess.CompletedProcess:

@@ -182,3 +182,45 @@ class InstalledPackages:
             r = apt("purge", *new)
             assert r.returncode == 0, f"apt-get purge failed{show(r)}"
         self.before = None
+
+
+class RecordedRuns:
+    """hpcwizard runs with their own state directory and the hold script in their env;
+    every record they make is undone at teardown (undo_all), newest first."""
+
+    def __init__(self, tmp: Path, **env: str):
+        self.tmp = tmp
+        self.state = tmp / "state"
+        self.hold = Hold(tmp / "hold")
+        self.env = dict(os.environ, HPCWIZARD_STATE_DIR=str(self.state), **self.hold.env(), **env)
+        self.records: List[Path] = []
+
+    def run(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        return subprocess.run([wizard_exe(), *args], stdin=subprocess.DEVNULL, text=True,
+                              capture_output=True, env=self.env, cwd="/", timeout=timeout)
+
+    def undo(self, rec: Path) -> subprocess.CompletedProcess:
+        return self.run("undo", str(rec), "--yes")
+
+    def undo_all(self) -> List[str]:
+        """Undo every record that has something to undo (the core's own list of statuses),
+        newest first; what failed, as text."""
+        from hpcwizard.apply import UNDO_STATUSES
+        from hpcwizard.record import Record
+
+        self.hold.disarm()
+        problems = []
+        for rec in reversed(self.records):
+            if rec.exists() and any(s["status"] in UNDO_STATUSES
+                                    for s in Record.load(rec).steps):
+                proc = self.undo(rec)
+                if proc.returncode != 0:
+                    problems.append(show(proc))
+        self.records.clear()
+        return problems
+
+    def log(self, rec: Path) -> str:
+        try:
+            return rec.with_suffix(".log").read_text(errors="replace")[-5000:]
+        except OSError:
+            return "(no log)"

@@ -13,12 +13,10 @@ from __future__ import annotations
 import hashlib
 import os
 import pwd
-import shutil
 import signal
 import socket
 import stat
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +25,7 @@ from typing import Dict, List
 import pytest
 
 from hpcwizard.compat import tomllib
+from _core_fixtures import wizard_exe
 from netns import Cluster
 
 pytestmark = pytest.mark.system
@@ -39,14 +38,6 @@ MPIRUN = ["mpirun", "--bind-to", "none", "-np", "3",
 
 
 # --- helpers ----------------------------------------------------------------------------
-
-def wizard_exe() -> str:
-    """The installed console script (beside this Python, else on PATH)."""
-    exe = Path(sys.executable).with_name("hpcwizard")
-    found = str(exe) if exe.exists() else shutil.which("hpcwizard")
-    assert found, "the hpcwizard console script is not installed: pip install -e ."
-    return found
-
 
 def show(proc: subprocess.CompletedProcess) -> str:
     args = proc.args if isinstance(proc.args, str) else " ".join(map(str, proc.args))

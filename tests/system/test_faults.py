@@ -21,19 +21,17 @@ fails); the sshd case installs them for itself (apt-get, purged after).
 """
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict
 
 import pytest
 
-from _hardening import Hold, InstalledPackages, finish, package_list, start
+from _hardening import InstalledPackages, RecordedRuns, finish, package_list, start
 from test_apply_mpi_tcp import diff, load, show, snapshot, step_table, wizard_exe
 
 pytestmark = pytest.mark.system
@@ -43,13 +41,8 @@ CHOICES = ["--framework", "mpi", "--network", "tcp", "--manual", "--yes"]
 FIGURES: Dict[str, int] = {}
 
 
-class Runs:
-    def __init__(self, tmp: Path, **env: str):
-        self.tmp = tmp
-        self.state = tmp / "state"
-        self.hold = Hold(tmp / "hold")
-        self.env = dict(os.environ, HPCWIZARD_STATE_DIR=str(self.state), **self.hold.env(), **env)
-        self.records: List[Path] = []
+class Runs(RecordedRuns):
+    """Runs named by the test (the record is NAME.toml)."""
 
     def record(self, name: str) -> Path:
         path = self.state / f"{name}.toml"
@@ -62,26 +55,6 @@ class Runs:
                               stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               env=dict(self.env, **env), cwd="/", timeout=600)
         return proc, rec
-
-    def undo_all(self) -> List[str]:
-        self.hold.disarm()
-        problems = []
-        for rec in reversed(self.records):
-            if rec.exists() and any(s["status"] not in ("pending", "skipped", "undone")
-                                    for s in load(rec)["steps"]):
-                proc = subprocess.run([wizard_exe(), "undo", str(rec), "--yes"],
-                                      stdin=subprocess.DEVNULL, capture_output=True,
-                                      text=True, env=self.env, cwd="/", timeout=600)
-                if proc.returncode != 0:
-                    problems.append(show(proc))
-        self.records.clear()
-        return problems
-
-    def log(self, rec: Path) -> str:
-        try:
-            return rec.with_suffix(".log").read_text(errors="replace")[-4000:]
-        except OSError:
-            return "(no log)"
 
 
 @pytest.fixture

@@ -39,7 +39,8 @@ from typing import Dict, List
 
 import pytest
 
-from _hardening import Hold, InstalledPackages, finish, kill_tree, package_list, start
+from _hardening import (InstalledPackages, RecordedRuns, finish, kill_tree, package_list,
+                        start)
 from test_apply_mpi_tcp import (PORT, diff, listening, load, show, snapshot, step_table,
                                 wizard_exe)
 
@@ -61,14 +62,11 @@ TEMP = re.compile(r"(\.hpcwizard\.[A-Za-z0-9]{6}|^ssh_host_\w+_key\.[A-Za-z0-9]{
 COUNTS: Dict[str, int] = {"cases": 0}
 
 
-class Runs:
-    """hpcwizard runs with their own state directory and the hold script in their env."""
+class Runs(RecordedRuns):
+    """Runs whose records are numbered r001, r002, ..."""
 
     def __init__(self, tmp: Path):
-        self.state = tmp / "state"
-        self.hold = Hold(tmp / "hold")
-        self.env = dict(os.environ, HPCWIZARD_STATE_DIR=str(self.state), **self.hold.env())
-        self.records: List[Path] = []
+        super().__init__(tmp)
         self.n = 0
 
     def record(self) -> Path:
@@ -77,10 +75,6 @@ class Runs:
         self.records.append(path)
         return path
 
-    def run(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-        return subprocess.run([wizard_exe(), *args], stdin=subprocess.DEVNULL, text=True,
-                              capture_output=True, env=self.env, cwd="/", timeout=timeout)
-
     def apply(self) -> "tuple[subprocess.CompletedProcess, Path]":
         rec = self.record()
         return self.run("apply", *CHOICES, "--yes", "--record", str(rec)), rec
@@ -88,29 +82,6 @@ class Runs:
     def start_apply(self) -> "tuple[subprocess.Popen, Path]":
         rec = self.record()
         return start(["apply", *CHOICES, "--yes", "--record", str(rec)], self.env), rec
-
-    def undo(self, rec: Path) -> subprocess.CompletedProcess:
-        return self.run("undo", str(rec), "--yes")
-
-    def undo_all(self) -> List[str]:
-        """Undo every record that has something to undo, newest first."""
-        problems = []
-        self.hold.disarm()
-        for rec in reversed(self.records):
-            if rec.exists() and any(s["status"] in ("done", "failed", "interrupted",
-                                                    "undo-failed", "running")
-                                    for s in load(rec)["steps"]):
-                proc = self.undo(rec)
-                if proc.returncode != 0:
-                    problems.append(show(proc))
-        self.records.clear()
-        return problems
-
-    def log(self, rec: Path) -> str:
-        try:
-            return rec.with_suffix(".log").read_text(errors="replace")[-5000:]
-        except OSError:
-            return "(no log)"
 
 
 @pytest.fixture

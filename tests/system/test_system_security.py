@@ -22,14 +22,13 @@ import pwd
 import re
 import stat
 import subprocess
-import sys
 from pathlib import Path
 from typing import Dict, List
 
 import pytest
 
 from _hardening import package_list
-from test_apply_mpi_tcp import _remove_user, diff, load, show, snapshot, step_table, wizard_exe
+from test_apply_mpi_tcp import _remove_user, diff, show, snapshot, wizard_exe
 
 pytestmark = pytest.mark.system
 
