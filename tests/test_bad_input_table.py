@@ -14,7 +14,6 @@ import hashlib
 import os
 import stat
 import subprocess
-import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -291,27 +290,18 @@ TUI_CASES: Dict[str, Tuple[str, str, str]] = {  # field, typed value, words of t
 @pytest.mark.parametrize("case", list(TUI_CASES))
 def test_tui_field_refuses(case: str, tmp_path: Path) -> None:
     pytest.importorskip("textual")
-    sys.path.insert(0, str(Path(__file__).parent))
     from textual.widgets import Input, Static
 
-    from _tui_fixtures import FakeRunner, bare_container
-    from hpcwizard.catalog import load_catalog
-    from hpcwizard.screens.app import WizardApp
+    from _tui_fixtures import FakeRunner, make_app, to_choose
 
     field, value, words = TUI_CASES[case]
     runner = FakeRunner()
-    app = WizardApp(facts=bare_container(), runner=runner, catalog=load_catalog(),
-                    state_dir=tmp_path / "state", clock=lambda: 0.0,
-                    record_name="test-record.toml")
+    app = make_app(tmp_path, runner=runner)
     before = snapshot(*ROOTS)
 
     async def go() -> Tuple[str, str, Optional[object]]:
         async with app.run_test(size=(80, 24)) as pilot:
-            await pilot.press("enter")
-            for _ in range(200):
-                if type(app.screen).__name__ == "ChooseScreen":
-                    break
-                await pilot.pause(0.02)
+            await to_choose(pilot)
             widget = app.screen.query_one(f"#{field}", Input)
             widget.focus()
             await pilot.pause()
@@ -351,7 +341,6 @@ def test_done_hosts_field_refuses(case: str, tmp_path: Path) -> None:
     """Typed into Done's hosts field and submitted: refused at the field in one line, no
     verification started (the fake System sees no new command), nothing written."""
     pytest.importorskip("textual")
-    sys.path.insert(0, str(Path(__file__).parent))
     from textual.widgets import Input, Static
 
     from _tui_fixtures import make_app, run_until, text_of, wait_for

@@ -14,7 +14,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import List
 
@@ -126,16 +125,11 @@ def test_host_keys_off_is_a_warning_in_plan_exports_and_scripts(tmp_path: Path) 
 
 def test_host_keys_off_is_a_warning_in_the_tui(tmp_path: Path) -> None:
     pytest.importorskip("textual")
-    sys.path.insert(0, str(Path(__file__).parent))
     from textual.widgets import RadioButton
 
-    from _tui_fixtures import FakeRunner, bare_container
-    from hpcwizard.catalog import load_catalog
-    from hpcwizard.screens.app import WizardApp
+    from _tui_fixtures import make_app, to_choose, wait_for
 
-    app = WizardApp(facts=bare_container(), runner=FakeRunner(), catalog=load_catalog(),
-                    state_dir=tmp_path / "state", clock=lambda: 0.0,
-                    record_name="test-record.toml")
+    app = make_app(tmp_path)
     seen = {}
 
     def screen_text() -> str:
@@ -148,20 +142,13 @@ def test_host_keys_off_is_a_warning_in_the_tui(tmp_path: Path) -> None:
 
     async def go() -> None:
         async with app.run_test(size=(100, 60)) as pilot:
-            await pilot.press("enter")
-            for _ in range(200):
-                if type(app.screen).__name__ == "ChooseScreen":
-                    break
-                await pilot.pause(0.02)
+            await to_choose(pilot)
             off = app.screen.query_one("#host_keys-off", RadioButton)
             off.value = True
             await pilot.pause()
             await pilot.press("ctrl+n")
             for name in ("RecommendScreen", "ReviewScreen"):
-                for _ in range(200):
-                    if type(app.screen).__name__ == name:
-                        break
-                    await pilot.pause(0.02)
+                await wait_for(pilot, lambda: type(app.screen).__name__ == name)
                 await pilot.pause(0.2)
                 seen[name] = screen_text()
                 if name == "RecommendScreen":

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence
 
 from test_apply_mpi_tcp import PACKAGES, show, wizard_exe  # noqa: F401  (re-exported)
 
@@ -182,6 +182,16 @@ class InstalledPackages:
             r = apt("purge", *new)
             assert r.returncode == 0, f"apt-get purge failed{show(r)}"
         self.before = None
+
+
+def packages_installed() -> Iterator[None]:
+    """For a fixture: the plan's packages installed for its scope, purged after it."""
+    p = InstalledPackages()
+    try:
+        p.install()
+        yield
+    finally:
+        p.purge()
 
 
 class RecordedRuns:

@@ -31,7 +31,7 @@ from typing import Dict
 
 import pytest
 
-from _hardening import InstalledPackages, RecordedRuns, finish, package_list, start
+from _hardening import RecordedRuns, finish, package_list, packages_installed, start
 from test_apply_mpi_tcp import diff, load, show, snapshot, step_table, wizard_exe
 
 pytestmark = pytest.mark.system
@@ -267,12 +267,7 @@ def test_second_hpcwizard_is_refused_and_changes_nothing(runs: Runs,
 
 @pytest.fixture
 def installed() -> None:
-    p = InstalledPackages()
-    try:
-        p.install()
-        yield
-    finally:
-        p.purge()
+    yield from packages_installed()
 
 
 def test_sshd_t_failing_keeps_the_old_configuration(installed: None, runs: Runs) -> None:

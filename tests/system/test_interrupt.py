@@ -39,7 +39,7 @@ from typing import Dict, List
 
 import pytest
 
-from _hardening import (InstalledPackages, RecordedRuns, finish, kill_tree, package_list,
+from _hardening import (RecordedRuns, finish, kill_tree, package_list, packages_installed,
                         start)
 from test_apply_mpi_tcp import (PORT, diff, listening, load, show, snapshot, step_table,
                                 wizard_exe)
@@ -283,12 +283,7 @@ def test_packages_step_mid_apt(sig: str, runs: Runs, packages_missing: None) -> 
 
 @pytest.fixture(scope="module")
 def installed() -> None:
-    p = InstalledPackages()
-    try:
-        p.install()
-        yield
-    finally:
-        p.purge()
+    yield from packages_installed()
 
 
 def test_every_other_step_boundary_and_mid(installed: None, runs: Runs) -> None:
