@@ -42,12 +42,13 @@ def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).astimezone().isoformat(timespec="seconds")
 
 
-def write_private(path: Path, data: bytes) -> None:
-    """Write data to path atomically (temporary file, fsync, rename), mode 0600."""
+def write_private(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Write data to path atomically (temporary file, fsync, rename), mode 0600 (or `mode`,
+    set on the temporary file before the rename: never a chmod of a path after it)."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
     try:
-        os.fchmod(fd, 0o600)
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
