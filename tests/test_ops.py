@@ -1,0 +1,387 @@
+"""The operations library (recipes/ops.sh), run for real by bash on temporary trees: create,
+replace, block, drop-in, symlinks, a user's edit before re-apply and before undo, a failed
+validation, kill -9 at every rename, and undo byte for byte. Needs no root."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import time
+from pathlib import Path
+from typing import Dict, Optional
+
+import pytest
+
+from hpcwizard.recipes import __file__ as _recipes_init
+
+OPS = Path(_recipes_init).with_name("ops.sh")
+SSHD = "Port 2222\nPasswordAuthentication no\nPermitRootLogin prohibit-password\n"
+
+
+def op(tmp: Path, call: str, contents: Optional[str] = None, mode: str = "run",
+       env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
+    """One operation call as apply runs it: the library, then the call, under bash -euo
+    pipefail, contents on standard input (the here-document's job)."""
+    full = dict(os.environ, HW_STATE=str(tmp / "state"), HW_MODE=mode)
+    full.update(env or {})
+    return subprocess.run(["bash", "-euo", "pipefail", "-c", f". {OPS}\n{call}"],
+                          input=contents or "", capture_output=True, text=True, env=full,
+                          cwd=str(tmp), timeout=60)
+
+
+def tree(root: Path) -> Dict[str, str]:
+    """Every entry under root but the state directory: bytes, mode, and what a link says."""
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != "state"]
+        for name in dirs + files:
+            p = Path(dirpath, name)
+            st = p.lstat()
+            rel = str(p.relative_to(root))
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = "link -> " + os.readlink(p)
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel] = f"dir {stat.S_IMODE(st.st_mode):o}"
+            else:
+                out[rel] = f"{stat.S_IMODE(st.st_mode):o} {hashlib.sha256(p.read_bytes()).hexdigest()[:16]}"
+    return out
+
+
+def state_left(tmp: Path) -> list:
+    return sorted(os.listdir(tmp / "state")) if (tmp / "state").exists() else []
+
+
+def test_the_library_is_shellcheck_clean() -> None:
+    shellcheck = shutil.which("shellcheck")
+    if not shellcheck:
+        pytest.skip("shellcheck is not installed (pip install '.[test]' brings it)")
+    proc = subprocess.run([shellcheck, "-s", "bash", str(OPS)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
+
+
+# --- hw_file ------------------------------------------------------------------------------
+
+def test_file_created_then_undone_leaves_nothing(tmp_path: Path) -> None:
+    before = tree(tmp_path)
+    call = "hw_file etc/x.conf --mode 0600"
+    assert op(tmp_path, call, SSHD, "check").returncode == 1
+    ran = op(tmp_path, call, SSHD)
+    assert ran.returncode == 0, ran.stderr
+    assert (tmp_path / "etc/x.conf").read_text() == SSHD
+    assert stat.S_IMODE((tmp_path / "etc/x.conf").stat().st_mode) == 0o600
+    assert op(tmp_path, call, SSHD, "check").returncode == 0
+    assert op(tmp_path, call, SSHD).returncode == 0  # again: nothing more
+    assert op(tmp_path, call, mode="undo").returncode == 0
+    after = tree(tmp_path)
+    after.pop("etc", None)  # the directory run made for it stays (it may hold others' files)
+    before.pop("etc", None)
+    assert after == before
+    assert state_left(tmp_path) == []
+
+
+def test_file_replaced_then_undone_is_byte_for_byte_with_its_mode(tmp_path: Path) -> None:
+    f = tmp_path / "sshd_config"
+    f.write_bytes(b"# the image's own\nPort 22\n")
+    f.chmod(0o640)
+    before = tree(tmp_path)
+    assert op(tmp_path, "hw_file sshd_config --mode 0644", SSHD).returncode == 0
+    assert f.read_text() == SSHD and stat.S_IMODE(f.stat().st_mode) == 0o644
+    assert op(tmp_path, "hw_file sshd_config", mode="undo").returncode == 0
+    assert tree(tmp_path) == before
+
+
+def test_a_symlink_is_followed_and_stays_a_link(tmp_path: Path) -> None:
+    (tmp_path / "dotfiles").mkdir()
+    (tmp_path / "dotfiles/config").write_text("Host github.com\n    User git\n")
+    (tmp_path / "config").symlink_to("dotfiles/config")
+    before = tree(tmp_path)
+    assert op(tmp_path, "hw_file config --mode 0600", SSHD).returncode == 0
+    assert (tmp_path / "config").is_symlink()
+    assert (tmp_path / "dotfiles/config").read_text() == SSHD
+    assert op(tmp_path, "hw_file config", mode="undo").returncode == 0
+    assert tree(tmp_path) == before
+
+
+def test_a_users_edit_before_reapply_is_kept_beside_and_named(tmp_path: Path) -> None:
+    f = tmp_path / "x.conf"
+    assert op(tmp_path, "hw_file x.conf", SSHD).returncode == 0
+    f.write_text(SSHD + "MaxSessions 50\n")
+    ran = op(tmp_path, "hw_file x.conf", SSHD)
+    assert ran.returncode == 0
+    assert f.read_text() == SSHD
+    assert (tmp_path / "x.conf.hpcwizard-kept").read_text() == SSHD + "MaxSessions 50\n"
+    assert "x.conf was changed after hpcwizard wrote it" in ran.stderr
+    assert "x.conf.hpcwizard-kept" in ran.stderr
+
+
+def test_a_users_edit_before_undo_is_kept_and_the_original_returns(tmp_path: Path) -> None:
+    f = tmp_path / "x.conf"
+    f.write_text("original\n")
+    assert op(tmp_path, "hw_file x.conf", SSHD).returncode == 0
+    f.write_text(SSHD + "# mine\n")
+    undone = op(tmp_path, "hw_file x.conf", mode="undo")
+    assert undone.returncode == 0
+    assert f.read_text() == "original\n"
+    assert (tmp_path / "x.conf.hpcwizard-kept").read_text() == SSHD + "# mine\n"
+    assert "kept in" in undone.stderr
+
+
+def test_undo_of_a_file_it_never_wrote_changes_nothing(tmp_path: Path) -> None:
+    (tmp_path / "x.conf").write_text("someone else's\n")
+    before = tree(tmp_path)
+    assert op(tmp_path, "hw_file x.conf", mode="undo").returncode == 0
+    assert tree(tmp_path) == before
+
+
+def test_a_failed_validation_puts_the_previous_file_back(tmp_path: Path) -> None:
+    f = tmp_path / "x.conf"
+    f.write_text("good\n")
+    before = tree(tmp_path)
+    ran = op(tmp_path, "hw_file x.conf --validate 'grep -q good x.conf'", SSHD)
+    assert ran.returncode == 1
+    assert "failed its test" in ran.stderr and "put back" in ran.stderr
+    assert tree(tmp_path) == before
+    # and a later undo takes nothing: only the remembered original, which is the same
+    assert op(tmp_path, "hw_file x.conf", mode="undo").returncode == 0
+    assert tree(tmp_path) == before
+
+
+def test_diff_is_read_only_and_is_what_run_writes(tmp_path: Path) -> None:
+    if not shutil.which("patch"):
+        pytest.skip("patch is not installed (.ci/run installs it)")
+    for name, call, old in (("f", "hw_file f", "a\nb\n"),
+                            ("b", "hw_block b", "one\ntwo"),  # no newline at the end
+                            ("t", "hw_block t --top", "user\n")):
+        (tmp_path / name).write_text(old)
+        copy = tmp_path / f"{name}.copy"
+        copy.write_text(old)
+        before = tree(tmp_path)
+        env = {"HW_STATE": str(tmp_path / "state" / name)}
+        diff = op(tmp_path, call, SSHD, "diff", env=env)
+        assert diff.returncode == 0 and diff.stdout.startswith(f"--- {name}\n"), diff.stderr
+        assert tree(tmp_path) == before and not (tmp_path / "state" / name).exists()
+        subprocess.run(["patch", "-s", str(copy)], input=diff.stdout, text=True, check=True)
+        assert op(tmp_path, call, SSHD, env=env).returncode == 0
+        assert copy.read_bytes() == (tmp_path / name).read_bytes(), name
+
+
+# --- hw_block -----------------------------------------------------------------------------
+
+def test_block_at_the_end_of_a_file_without_a_final_newline_undoes_exactly(tmp_path: Path) -> None:
+    f = tmp_path / "authorized_keys"
+    f.write_bytes(b"ssh-ed25519 AAAA user@laptop")  # no newline
+    f.chmod(0o600)
+    before = tree(tmp_path)
+    assert op(tmp_path, "hw_block authorized_keys", "ssh-ed25519 BBBB job\n").returncode == 0
+    assert f.read_text() == ("ssh-ed25519 AAAA user@laptop\n# BEGIN hpcwizard\n"
+                             "ssh-ed25519 BBBB job\n# END hpcwizard\n")
+    assert op(tmp_path, "hw_block authorized_keys", "ssh-ed25519 BBBB job\n", "check").returncode == 0
+    assert op(tmp_path, "hw_block authorized_keys", mode="undo").returncode == 0
+    assert tree(tmp_path) == before
+
+
+def test_block_at_the_top_keeps_what_others_wrote(tmp_path: Path) -> None:
+    f = tmp_path / "config"
+    f.write_text("Host *\n    Port 22\n")
+    before = tree(tmp_path)
+    assert op(tmp_path, "hw_block config --top", "Host job-*\n    Port 2222\n").returncode == 0
+    assert f.read_text().startswith("# BEGIN hpcwizard\nHost job-*\n")
+    assert f.read_text().endswith("# END hpcwizard\nHost *\n    Port 22\n")
+    assert op(tmp_path, "hw_block config", mode="undo").returncode == 0
+    assert tree(tmp_path) == before
+
+
+def test_block_in_a_new_file_is_removed_with_the_file(tmp_path: Path) -> None:
+    assert op(tmp_path, "hw_block known_hosts --mode 0600", "[*]:2222 ssh-ed25519 AAAA\n").returncode == 0
+    assert stat.S_IMODE((tmp_path / "known_hosts").stat().st_mode) == 0o600
+    assert op(tmp_path, "hw_block known_hosts", mode="undo").returncode == 0
+    assert not (tmp_path / "known_hosts").exists()
+
+
+def test_a_users_line_inside_the_block_is_kept_on_reapply_and_on_undo(tmp_path: Path) -> None:
+    f = tmp_path / "config"
+    f.write_text("# mine\n")
+    block = "Host job-*\n    Port 2222\n"
+    assert op(tmp_path, "hw_block config", block).returncode == 0
+    f.write_text(f.read_text().replace("    Port 2222\n", "    Port 2222\n    User me\n"))
+    ran = op(tmp_path, "hw_block config", block)
+    assert ran.returncode == 0 and "kept in" in ran.stderr
+    assert "User me" in (tmp_path / "config.hpcwizard-kept").read_text()
+    assert "User me" not in f.read_text()
+    f.write_text(f.read_text().replace("    Port 2222\n", "    Port 2222\n    User again\n"))
+    undone = op(tmp_path, "hw_block config", mode="undo")
+    assert undone.returncode == 0 and "kept in" in undone.stderr
+    assert f.read_text() == "# mine\n"
+    assert "User again" in (tmp_path / "config.hpcwizard-kept.1").read_text()
+
+
+def test_a_begin_without_end_is_refused_and_nothing_changes(tmp_path: Path) -> None:
+    f = tmp_path / "config"
+    f.write_text("# BEGIN hpcwizard\nHost x\n# the user's own lines after it\n")
+    before = tree(tmp_path)
+    for mode in ("run", "undo"):
+        ran = op(tmp_path, "hw_block config", "Host y\n", mode)
+        assert ran.returncode == 1 and "mend the block by hand" in ran.stderr
+        assert tree(tmp_path) == before
+
+
+# --- hw_dropin ----------------------------------------------------------------------------
+
+INCLUDE = "'^Include sshd_config\\.d/\\*\\.conf'"
+
+
+def test_dropin_writes_the_file_where_the_main_file_includes_its_directory(tmp_path: Path) -> None:
+    (tmp_path / "sshd_config").write_text("Include sshd_config.d/*.conf\nPort 22\n")
+    (tmp_path / "sshd_config.d").mkdir()
+    before = tree(tmp_path)
+    call = f"hw_dropin sshd_config.d/00-hpcwizard.conf --else-block sshd_config --include {INCLUDE}"
+    assert op(tmp_path, call, SSHD).returncode == 0
+    assert (tmp_path / "sshd_config.d/00-hpcwizard.conf").read_text() == SSHD
+    assert "hpcwizard" not in (tmp_path / "sshd_config").read_text()
+    assert op(tmp_path, call, SSHD, "check").returncode == 0
+    assert op(tmp_path, call, mode="undo").returncode == 0
+    assert tree(tmp_path) == before and state_left(tmp_path) == []
+
+
+def test_dropin_falls_back_to_a_block_at_the_top_and_validates_it(tmp_path: Path) -> None:
+    main = tmp_path / "sshd_config"
+    main.write_text("Port 22\n")
+    before = tree(tmp_path)
+    call = (f"hw_dropin sshd_config.d/00-hpcwizard.conf --else-block sshd_config "
+            f"--include {INCLUDE} --validate 'grep -q \"^Port 2222\" sshd_config'")
+    assert op(tmp_path, call, SSHD).returncode == 0
+    assert main.read_text() == f"# BEGIN hpcwizard\n{SSHD}# END hpcwizard\nPort 22\n"
+    assert not (tmp_path / "sshd_config.d").exists()
+    assert op(tmp_path, call, mode="undo").returncode == 0
+    assert tree(tmp_path) == before
+    failing = call.replace("2222", "9999")
+    ran = op(tmp_path, failing, SSHD)
+    assert ran.returncode == 1 and "put back" in ran.stderr
+    assert tree(tmp_path) == before
+
+
+def test_settings_another_file_overrides_fail_naming_the_setting(tmp_path: Path) -> None:
+    """--in-effect: what the program reports, not what the file says. A fake `sshd -T`
+    that reports passwords on, as an earlier drop-in would make it."""
+    (tmp_path / "sshd_config").write_text("Include sshd_config.d/*.conf\n")
+    (tmp_path / "sshd_config.d").mkdir()
+    effective = tmp_path / "effective"
+    effective.write_text("port 2222\nport 22\npasswordauthentication yes\n"
+                         "permitrootlogin without-password\n")
+    before = tree(tmp_path)
+    call = (f"hw_dropin sshd_config.d/00-hpcwizard.conf --else-block sshd_config "
+            f"--include {INCLUDE} --in-effect 'cat {effective}'")
+    ran = op(tmp_path, call, SSHD)
+    assert ran.returncode == 1
+    assert "passwordauthentication is 'yes' in effect, not 'no'" in ran.stderr
+    assert "permitrootlogin" not in ran.stderr  # without-password is prohibit-password
+    assert "port" not in ran.stderr.replace("passwordauthentication", "")  # 2222 is among them
+    assert tree(tmp_path) == before
+    effective.write_text("port 2222\npasswordauthentication no\npermitrootlogin prohibit-password\n")
+    assert op(tmp_path, call, SSHD).returncode == 0
+
+
+# --- kill -9 at every rename ----------------------------------------------------------------
+
+def _mv_that_stops(bin_dir: Path, nth: int) -> Path:
+    """A `mv` first on PATH that, on its nth call, says so and waits to be killed."""
+    bin_dir.mkdir()
+    real = shutil.which("mv")
+    script = bin_dir / "mv"
+    script.write_text(f"""#!/bin/bash
+n=$(( $(cat {bin_dir}/count 2>/dev/null || echo 0) + 1 ))
+echo $n > {bin_dir}/count
+if [ "$n" = {nth} ]; then : > {bin_dir}/stopped; exec sleep 600; fi
+exec {real} "$@"
+""")
+    script.chmod(0o755)
+    return script
+
+
+def _renames(tmp: Path, call: str, contents: str) -> int:
+    """How many times the call runs mv, from a fresh copy of the tree."""
+    probe = tmp / "probe"
+    shutil.copytree(tmp / "tree", probe, symlinks=True)
+    _mv_that_stops(tmp / "count-bin", 10 ** 6)
+    env = {"PATH": f"{tmp / 'count-bin'}:{os.environ['PATH']}", "HW_STATE": str(tmp / "probe-state")}
+    ran = op(probe, call, contents, env=env)
+    assert ran.returncode == 0, ran.stderr
+    return int((tmp / "count-bin/count").read_text())
+
+
+@pytest.mark.parametrize("call,contents", [
+    ("hw_file x.conf --validate 'grep -q 2222 x.conf'", SSHD),
+    ("hw_block x.conf --validate 'grep -q 2222 x.conf'", SSHD),
+])
+def test_kill_9_at_every_rename_leaves_old_or_new_and_reapply_completes(
+        tmp_path: Path, call: str, contents: str) -> None:
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree/x.conf").write_text("Port 22\n")
+    renames = _renames(tmp_path, call, contents)
+    assert renames >= 3
+    for nth in range(1, renames + 1):
+        case = tmp_path / f"kill-{nth}"
+        work = case / "tree"
+        shutil.copytree(tmp_path / "tree", work, symlinks=True)
+        old = (work / "x.conf").read_bytes()
+        bin_dir = case / "bin"
+        _mv_that_stops(bin_dir, nth)
+        env = dict(os.environ, HW_STATE=str(case / "state"), HW_MODE="run",
+                   PATH=f"{bin_dir}:{os.environ['PATH']}")
+        proc = subprocess.Popen(["bash", "-euo", "pipefail", "-c", f". {OPS}\n{call}"],
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, cwd=str(work), env=env,
+                                start_new_session=True, text=True)
+        proc.stdin.write(contents)
+        proc.stdin.close()
+        deadline = time.monotonic() + 60
+        while not (bin_dir / "stopped").exists():  # the state: it stopped at that rename
+            assert proc.poll() is None, f"rename {nth}: it ended first"
+            assert time.monotonic() < deadline, f"rename {nth}: never reached"
+            time.sleep(0.01)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        now = (work / "x.conf").read_bytes()
+        new_text = op(work, call, contents, "diff", env={"HW_STATE": str(case / "state")})
+        assert now == old or b"2222" in now, f"rename {nth}: half a file: {now!r}"
+        # the next run completes; check agrees; nothing of ours is left beside the file
+        again = op(work, call, contents, env={"HW_STATE": str(case / "state")})
+        assert again.returncode == 0, f"rename {nth}: {again.stderr}"
+        assert op(work, call, contents, "check",
+                  env={"HW_STATE": str(case / "state")}).returncode == 0, f"rename {nth}"
+        assert not [n for n in os.listdir(work) if n.startswith(".hpcwizard.")], nth
+        assert new_text.returncode == 0
+        # and undo brings back the file as it was before the first run
+        assert op(work, call, mode="undo", env={"HW_STATE": str(case / "state")}).returncode == 0
+        assert (work / "x.conf").read_bytes() == old, f"rename {nth}: undo"
+        assert not [n for n in os.listdir(work) if n != "x.conf"], f"rename {nth}: {os.listdir(work)}"
+
+
+def test_a_change_killed_before_its_validation_is_validated_by_the_next_run(tmp_path: Path) -> None:
+    """Killed while validating: the new file is there, untested. check says not done, and
+    the next run validates it — failing, it puts the old one back."""
+    f = tmp_path / "x.conf"
+    f.write_text("Port 22\n")
+    gate = tmp_path / "gate"
+    call = f"hw_file x.conf --validate ': > {gate}; sleep 600'"
+    env = dict(os.environ, HW_STATE=str(tmp_path / "state"), HW_MODE="run")
+    proc = subprocess.Popen(["bash", "-euo", "pipefail", "-c", f". {OPS}\n{call}"],
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, cwd=str(tmp_path), env=env,
+                            start_new_session=True, text=True)
+    proc.stdin.write(SSHD)
+    proc.stdin.close()
+    deadline = time.monotonic() + 60
+    while not gate.exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert f.read_text() == SSHD  # the new one, not yet validated
+    assert op(tmp_path, "hw_file x.conf", SSHD, "check").returncode == 1
+    failing = op(tmp_path, "hw_file x.conf --validate false", SSHD)
+    assert failing.returncode == 1 and "put back" in failing.stderr
+    assert f.read_text() == "Port 22\n"
