@@ -396,3 +396,178 @@ hw_dropin() (
     hw_block "$else_block" --top "${args[@]}" < "$contents"
   fi
 )
+
+# --- hw_packages: one transaction of the package manager --------------------------------------
+#   hw_packages apt|dnf|yum [--lock-timeout SECONDS] NAME...
+# check: every NAME is installed, or provided by an installed package, and (apt) dpkg has
+#        nothing half done.
+# run:   (apt) an install a killed run left half done is finished; one update, which fails
+#        when no mirror answered; then one install. What that transaction newly installed is
+#        written down from what the package manager reports before and after it: KEY.new
+#        (packages that were not there at all) and KEY.configs (removed but not purged
+#        before: their configuration was there). A list a killed run left is finished by the
+#        next run or undo, counting only the NAMEs and what they depend on.
+# undo:  purges exactly KEY.new, less what another installed package still needs (kept,
+#        and the output says which and for whom); KEY.configs go back to removed, with
+#        their configuration. A failed or satisfied install purges nothing.
+
+hw_packages() (
+  _hw_pkg_start "$@"
+  case $mode in
+    check) _hw_pkg_installed "${names[@]}" ;;
+    diff) _hw_pkg_installed "${names[@]}" || printf 'install with %s: %s\n' "$pm" "${names[*]}" ;;
+    run) install -d -m 0700 -- "$state"; _hw_pkg_run ;;
+    undo) _hw_pkg_undo ;;
+  esac
+)
+
+_hw_pkg_start() {  # sets pm timeout names mode state key work
+  pm=$1 timeout=120 names=()
+  shift
+  case $pm in apt|dnf|yum) ;; *) _hw_die "hw_packages: unknown package manager $pm" ;; esac
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --lock-timeout) timeout=$2; shift 2 ;;
+      -*) _hw_die "hw_packages: unknown option $1" ;;
+      *) names+=("$1"); shift ;;
+    esac
+  done
+  mode=${HW_MODE:-run}
+  case $mode in check|run|undo|diff) ;; *) _hw_die "HW_MODE=$mode: use check, run, undo or diff" ;; esac
+  state=$(_hw_state_dir)
+  key=$state/packages-$(printf '%s ' "$pm" "${names[@]}" | sha256sum | cut -c1-12)
+  work=$(mktemp -d)
+  # shellcheck disable=SC2064
+  trap "rm -rf -- '$work'" EXIT
+  export DEBIAN_FRONTEND=noninteractive
+}
+
+# "STATE NAME" for every package the package manager knows here (apt: dpkg's two-letter
+# state, ii installed, rc configuration only; rpm: ii for every installed one).
+_hw_pkg_states() {
+  if [ "$pm" = apt ]; then
+    dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' | awk '{print substr($1, 1, 2), $2}' | sort -u -k2
+  else
+    rpm -qa --qf 'ii %{NAME}\n' | sort -u -k2
+  fi
+}
+
+_hw_pkg_installed() {
+  local p
+  if [ "$pm" = apt ]; then
+    for p in "$@"; do
+      dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^ii' && continue
+      # a virtual name (Debian 13's dnsutils): an installed package that provides it
+      dpkg-query -W -f='${db:Status-Abbrev} ${Provides}\n' 2>/dev/null \
+        | awk -v want="$p" '$1 ~ /^ii/ { for (i = 2; i <= NF; i++) { n = $i; sub(/,$/, "", n); if (n == want) f = 1 } } END { exit !f }' \
+        || return 1
+    done
+    [ -z "$(dpkg --audit 2>/dev/null)" ]
+  else
+    for p in "$@"; do rpm -q --whatprovides "$p" > /dev/null 2>&1 || return 1; done
+  fi
+}
+
+_hw_pkg_run() {
+  local lock=(-o "DPkg::Lock::Timeout=$timeout")
+  if [ "$pm" = apt ]; then
+    if [ -n "$(dpkg --audit 2>/dev/null)" ]; then
+      echo "hpcwizard: finishing an install a stopped run left half done (dpkg --configure -a)"
+      dpkg --configure -a
+    fi
+    # apt-get update exits 0 when no mirror answers (before apt 2.1's --error-on=any)
+    apt-get "${lock[@]}" update 2>&1 | tee "$work/update"
+    grep -qE '^(Hit|Get):' "$work/update" || _hw_die "apt-get update could not reach any package mirror"
+  fi
+  if [ ! -e "$key.before" ]; then
+    _hw_pkg_states > "$key.before.tmp" && mv -f -- "$key.before.tmp" "$key.before"
+  fi
+  if [ "$pm" = apt ]; then
+    apt-get "${lock[@]}" install -y --no-install-recommends "${names[@]}"
+  else
+    "$pm" install -y "${names[@]}"
+  fi
+  _hw_pkg_settle
+}
+
+# The NAMEs, their providers and everything installed they depend on: what this
+# transaction could have installed. (A list of the state before that a killed run left may
+# be older than a package someone installed by hand since; that package is not in here.)
+_hw_pkg_reach() {
+  if [ "$pm" = apt ]; then
+    {
+      printf '%s\n' "$@"
+      dpkg-query -W -f='${db:Status-Abbrev} ${Package} ${Provides}\n' 2>/dev/null \
+        | awk -v names=" $* " '$1 ~ /^ii/ { for (i = 3; i <= NF; i++) { n = $i; sub(/,$/, "", n); if (index(names, " " n " ")) print $2 } }'
+    } | sort -u > "$work/roots"
+    mapfile -t roots < "$work/roots"
+    { apt-cache depends --recurse --installed --no-recommends --no-suggests --no-conflicts \
+        --no-breaks --no-replaces --no-enhances "${roots[@]}" 2>/dev/null || true; } \
+      | { grep -v '^ ' || true; } | tr -d '<>' | cat - "$work/roots" | sort -u
+  else
+    printf '%s\n' "$@" | sort -u
+    rpm -q --requires "$@" 2>/dev/null | while read -r cap _; do
+      rpm -q --whatprovides --qf '%{NAME}\n' "$cap" 2>/dev/null
+    done | sort -u
+  fi
+}
+
+# What the transaction (or a killed one) gave: from the states before, now, and the reach.
+_hw_pkg_settle() {
+  [ -e "$key.before" ] || return 0
+  _hw_pkg_states > "$work/after"
+  _hw_pkg_reach "${names[@]}" > "$work/reach"
+  awk 'FILENAME == ARGV[1] { before[$2] = substr($1, 2, 1); next }
+       FILENAME == ARGV[2] { reach[$1] = 1; next }
+       substr($1, 2, 1) != "n" && substr($1, 2, 1) != "c" && ($2 in reach) {
+         b = ($2 in before) ? before[$2] : "n"
+         if (b == "n") print "new", $2; else if (b == "c") print "configs", $2
+       }' "$key.before" "$work/reach" "$work/after" > "$work/gave"
+  { cat -- "$key.new" 2>/dev/null || true; awk '$1 == "new" {print $2}' "$work/gave"; } | sort -u > "$key.new.tmp"
+  { cat -- "$key.configs" 2>/dev/null || true; awk '$1 == "configs" {print $2}' "$work/gave"; } | sort -u > "$key.configs.tmp"
+  mv -f -- "$key.new.tmp" "$key.new"
+  mv -f -- "$key.configs.tmp" "$key.configs"
+  rm -f -- "$key.before"
+}
+
+_hw_pkg_undo() {
+  local lock=(-o "DPkg::Lock::Timeout=$timeout") list=() extra needed=()
+  if [ "$pm" = apt ] && [ -n "$(dpkg --audit 2>/dev/null)" ]; then dpkg --configure -a; fi
+  _hw_pkg_settle   # a killed run's list, finished first
+  _hw_pkg_states > "$work/now"
+  if [ -s "$key.new" ]; then
+    mapfile -t list < <(awk 'FILENAME == ARGV[1] { if (substr($1, 2, 1) != "n" && substr($1, 2, 1) != "c") have[$2] = 1; next }
+                             ($1 in have)' "$work/now" "$key.new")
+  fi
+  # Keep what another installed package needs: apt would take that package with ours.
+  while [ ${#list[@]} -gt 0 ]; do
+    if [ "$pm" = apt ]; then
+      apt-get -s purge "${list[@]}" 2>/dev/null | awk '/^Purg /{print $2}' | sort -u > "$work/would"
+    else
+      rpm -e --test "${list[@]}" 2>&1 | awk '/is needed by \(installed\)/ {print $NF}' \
+        | while read -r nvr; do rpm -q --qf '%{NAME}\n' "$nvr"; done | sort -u > "$work/would-extra"
+      printf '%s\n' "${list[@]}" | cat - "$work/would-extra" | sort -u > "$work/would"
+    fi
+    printf '%s\n' "${list[@]}" | sort -u > "$work/list"
+    mapfile -t extra < <(comm -23 "$work/would" "$work/list")
+    [ ${#extra[@]} -gt 0 ] || break
+    mapfile -t needed < <(_hw_pkg_reach "${extra[@]}" | comm -12 - "$work/list")
+    if [ ${#needed[@]} -eq 0 ]; then
+      _hw_say "purging ${list[*]} would also remove ${extra[*]}, which hpcwizard did not install: kept them all"
+      list=()
+      break
+    fi
+    _hw_say "kept ${needed[*]}: ${extra[*]} (not installed by hpcwizard) needs them"
+    mapfile -t list < <(printf '%s\n' "${list[@]}" | grep -vxF -f <(printf '%s\n' "${needed[@]}"))
+  done
+  if [ ${#list[@]} -gt 0 ]; then
+    if [ "$pm" = apt ]; then apt-get "${lock[@]}" purge -y "${list[@]}"
+    else rpm -e "${list[@]}"; fi
+  fi
+  if [ -s "$key.configs" ] && [ "$pm" = apt ]; then
+    mapfile -t list < <(awk 'FILENAME == ARGV[1] { if (substr($1, 2, 1) == "i") have[$2] = 1; next } ($1 in have)' "$work/now" "$key.configs")
+    # back to "removed, configuration kept", as they were
+    if [ ${#list[@]} -gt 0 ]; then apt-get "${lock[@]}" remove -y "${list[@]}"; fi
+  fi
+  rm -f -- "$key.new" "$key.configs" "$key.before"
+}
