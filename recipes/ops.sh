@@ -153,7 +153,11 @@ _hw_settle() {  # _hw_settle SUM
   fi
   _hw_write_state "$key.ours" "$1"
   _hw_release
+  _hw_changed
 }
+
+# --on-change CMD: what must follow a change that was made or taken back (a reload).
+_hw_changed() { if [ -n "$on_change" ]; then eval "$on_change"; fi; }
 
 # Every "Key value" of the contents, as CMD reports it. Keys and values compare in lower
 # case, yes/true and no/false alike; a key that may be given more than once (Port,
@@ -194,13 +198,14 @@ _hw_in_effect() {
   return $ok
 }
 
-_hw_options() {  # the options every operation takes; sets file_mode validate in_effect top else_block include
-  file_mode=0644 validate="" in_effect="" top=0 else_block="" include=""
+_hw_options() {  # sets file_mode validate in_effect on_change top else_block include
+  file_mode=0644 validate="" in_effect="" on_change="" top=0 else_block="" include=""
   while [ $# -gt 0 ]; do
     case $1 in
       --mode) file_mode=$2; shift 2 ;;
       --validate) validate=$2; shift 2 ;;
       --in-effect) in_effect=$2; shift 2 ;;
+      --on-change) on_change=$2; shift 2 ;;
       --top) top=1; shift ;;
       --else-block) else_block=$2; shift 2 ;;
       --include) include=$2; shift 2 ;;
@@ -274,6 +279,7 @@ _hw_file_undo() {
     _hw_put "$key.orig" "$real" "$bmode" "$buid" "$bgid"
   fi
   rm -f -- "$key".*
+  _hw_changed
 }
 
 # --- hw_block: a marked block in a file others own --------------------------------------------
@@ -372,28 +378,79 @@ _hw_block_undo() {
     _hw_put_like "$rest" "$real"
   fi
   rm -f -- "$key".*
+  _hw_changed
 }
 
 # --- hw_dropin: a drop-in file where the main file includes its directory, else a block -----
 
 hw_dropin() (
-  local path=$1; shift
+  local path=$1 contents args=()
+  shift
   _hw_options "$@"
-  [ -n "$else_block" ] && [ -n "$include" ] || _hw_die "hw_dropin $path: needs --else-block FILE and --include REGEX"
-  local contents args=()
+  [ -n "$else_block" ] || _hw_die "hw_dropin $path: needs --else-block FILE"
   contents=$(mktemp)
   # shellcheck disable=SC2064
   trap "rm -f -- '$contents'" EXIT
   if [ "${HW_MODE:-run}" != undo ]; then cat > "$contents"; fi
-  [ -n "$validate" ] && args+=(--validate "$validate")
-  [ -n "$in_effect" ] && args+=(--in-effect "$in_effect")
+  [ -z "$validate" ] || args+=(--validate "$validate")
+  [ -z "$in_effect" ] || args+=(--in-effect "$in_effect")
+  [ -z "$on_change" ] || args+=(--on-change "$on_change")
   if [ "${HW_MODE:-run}" = undo ]; then
-    hw_file "$path" < /dev/null
-    hw_block "$else_block" < /dev/null
-  elif grep -qsE -- "$include" "$else_block"; then
+    hw_file "$path" "${args[@]}" < /dev/null
+    hw_block "$else_block" "${args[@]}" < /dev/null
+  elif _hw_includes "$else_block" "$path"; then
     hw_file "$path" --mode "$file_mode" "${args[@]}" < "$contents"
   else
     hw_block "$else_block" --top "${args[@]}" < "$contents"
+  fi
+)
+
+# Does MAIN include PATH? (--include REGEX: a line of MAIN matches it; else an Include line
+# of MAIN whose pattern matches PATH, a relative one taken from MAIN's directory.)
+_hw_includes() {
+  local main=$1 path base word pattern
+  if [ -n "$include" ]; then grep -qsE -- "$include" "$main"; return; fi
+  [ -f "$main" ] || return 1
+  path=$(realpath -m -- "$2")
+  base=$(dirname -- "$(realpath -m -- "$main")")
+  while read -r word pattern; do
+    case $word in [Ii]nclude) ;; *) continue ;; esac
+    for pattern in $pattern; do
+      case $pattern in /*) ;; *) pattern=$base/$pattern ;; esac
+      # shellcheck disable=SC2053
+      [[ $path == $pattern ]] && return 0
+    done
+  done < <(grep -iE '^[[:space:]]*include[[:space:]]' -- "$main")
+  return 1
+}
+
+# --- hw_sshd_config: sshd's settings, tested and in effect ------------------------------------
+#   hw_sshd_config [--config FILE [--pidfile FILE]] <<'EOF' ... EOF
+# The system sshd (no --config): a drop-in /etc/ssh/sshd_config.d/00-hpcwizard.conf where
+# sshd_config includes that directory, named to sort before the others (sshd keeps the
+# first value it reads: 50-cloud-init.conf cannot turn passwords back on), else a block at
+# the top of sshd_config. A user's own sshd: FILE, owned whole (0600).
+# Then: `sshd -t` must pass, `sshd -T` must show every setting as written (else the step
+# fails, naming the file that sets it otherwise), and a running sshd reloads.
+HW_SSHD_DROPIN=/etc/ssh/sshd_config.d/00-hpcwizard.conf
+
+hw_sshd_config() (
+  local sshd_file='' sshd_pidfile=''
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --config) sshd_file=$2; shift 2 ;;
+      --pidfile) sshd_pidfile=$2; shift 2 ;;
+      *) _hw_die "hw_sshd_config: unknown option $1" ;;
+    esac
+  done
+  if [ -z "$sshd_file" ]; then
+    hw_dropin "$HW_SSHD_DROPIN" --else-block /etc/ssh/sshd_config --mode 0644 \
+      --validate 'install -d -m 0755 /run/sshd && /usr/sbin/sshd -t' \
+      --in-effect '/usr/sbin/sshd -T' --on-change hw_sshd_reload
+  else
+    hw_file "$sshd_file" --mode 0600 --validate "/usr/sbin/sshd -t -f $(printf '%q' "$sshd_file")" \
+      --in-effect "/usr/sbin/sshd -T -f $(printf '%q' "$sshd_file")" \
+      --on-change "hw_sshd_reload --config $(printf '%q' "$sshd_file") --pidfile $(printf '%q' "${sshd_pidfile:-$HOME/.ssh/sshd.pid}")"
   fi
 )
 
@@ -570,4 +627,167 @@ _hw_pkg_undo() {
     if [ ${#list[@]} -gt 0 ]; then apt-get "${lock[@]}" remove -y "${list[@]}"; fi
   fi
   rm -f -- "$key.new" "$key.configs" "$key.before"
+}
+
+# --- hw_sshd: an sshd serving the port --------------------------------------------------------
+#   hw_sshd --port PORT [--config FILE] [--pidfile FILE] [--systemd]
+# Without --config: the system sshd (/etc/ssh/sshd_config, /run/sshd.pid); with it, a
+# user's own `sshd -f FILE`. --systemd: the ssh (or sshd) unit instead of a process of ours.
+# check: that sshd runs and itself listens on PORT at every address sshd -T gives it
+#        (IPv6 ones only where this kernel has IPv6).
+# run:   starts that sshd when none runs, and waits (at most 20 s) until it listens. An sshd
+#        already running keeps running: the configuration step reloads it (hw_sshd_reload).
+#        A port another program holds fails the step, naming that program, pid and user.
+# undo:  stops the sshd this operation started, and no other.
+# A pid file is never trusted: a process is signalled only when /proc shows it is that sshd.
+
+hw_sshd() (
+  _hw_sshd_start "$@"
+  local pid='' rc=0
+  pid=$(_hw_sshd_pid) || rc=$?
+  [ "$rc" -le 1 ] || exit 1
+  case $mode in
+    check|diff)
+      if [ -n "$pid" ] && _hw_sshd_listens "$pid"; then exit 0; fi
+      [ "$mode" = check ] && exit 1
+      echo "start sshd on port $port" ;;
+    run) _hw_sshd_run "$pid" ;;
+    undo) _hw_sshd_undo "$pid" ;;
+  esac
+)
+
+# hw_sshd_reload [--config FILE] [--pidfile FILE]: an sshd already running reads its
+# configuration again (SIGHUP; the system sshd under systemd: systemctl reload); none
+# running: nothing to do.
+hw_sshd_reload() (
+  _hw_sshd_start --port 0 "$@"
+  local pid='' rc=0
+  if [ -z "$config" ] && [ -d /run/systemd/system ] && systemctl is-active --quiet "$unit" 2>/dev/null; then
+    systemd=1
+  fi
+  if [ "$systemd" = 1 ]; then
+    if systemctl is-active --quiet "$unit"; then systemctl reload-or-restart "$unit"; fi
+    exit 0
+  fi
+  pid=$(_hw_sshd_pid) || rc=$?
+  [ "$rc" -le 1 ] || exit 1
+  if [ -n "$pid" ]; then kill -HUP "$pid"; fi
+)
+
+_hw_sshd_start() {  # sets port config pidfile systemd unit mode key sshd_t
+  port='' config='' pidfile=/run/sshd.pid systemd=0
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --port) port=$2; shift 2 ;;
+      --config) config=$2; shift 2 ;;
+      --pidfile) pidfile=$2; shift 2 ;;
+      --systemd) systemd=1; shift ;;
+      *) _hw_die "hw_sshd: unknown option $1" ;;
+    esac
+  done
+  [[ $port =~ ^[0-9]+$ ]] || _hw_die "hw_sshd: --port needs a number"
+  mode=${HW_MODE:-run}
+  case $mode in check|run|undo|diff) ;; *) _hw_die "HW_MODE=$mode: use check, run, undo or diff" ;; esac
+  sshd_t=(/usr/sbin/sshd -T)
+  [ -z "$config" ] || sshd_t+=(-f "$config")
+  unit=ssh
+  if command -v systemctl > /dev/null && ! systemctl cat ssh.service > /dev/null 2>&1; then unit=sshd; fi
+  key=$(_hw_state_dir)/sshd-$(printf '%s' "${config:-system}:$port" | sha256sum | cut -c1-12)
+}
+
+# The pid in the pid file when it is this user's sshd of this configuration (its -f, or
+# none for the system sshd); status 1: no such process; 2: another program, said.
+_hw_sshd_pid() {
+  local pid='' exe prog cmd f=/etc/ssh/sshd_config want=${config:-/etc/ssh/sshd_config} what=sshd
+  if [ "$systemd" = 1 ]; then
+    pid=$(systemctl show -p MainPID --value "$unit" 2>/dev/null || true)
+    [ "${pid:-0}" != 0 ] || return 1
+  elif [ -f "$pidfile" ]; then
+    pid=$(head -c 20 -- "$pidfile")
+  fi
+  [[ $pid =~ ^[0-9]+$ ]] && [ -d "/proc/$pid" ] || return 1
+  exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || exe=''
+  exe=${exe% (deleted)}
+  cmd=" $(tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline") "
+  case $cmd in *" -f "*) f=${cmd##* -f }; f=${f%% *} ;; esac
+  if [ "${exe##*/}" = sshd ] && [ "$(stat -c %u "/proc/$pid" 2>/dev/null)" = "$(id -u)" ] \
+      && [ "$f" = "$want" ]; then
+    echo "$pid"
+    return 0
+  fi
+  prog=${exe##*/}
+  [ -n "$prog" ] || prog=$(cat "/proc/$pid/comm" 2>/dev/null)
+  [ "$prog" != sshd ] || what="the sshd of $want"
+  _hw_say "$pidfile names pid $pid (${prog:-?}, user $(stat -c %U "/proc/$pid" 2>/dev/null))," \
+    "which is not $what: remove the stale pid file or stop that program"
+  return 2
+}
+
+# Does sshd PID itself listen on the port, at every address sshd -T gives it?
+_hw_sshd_listens() {
+  local addr found=0
+  while read -r addr; do
+    case $addr in \[*) [ -e /proc/net/if_inet6 ] || continue ;; esac
+    ss -Hltnp "sport = :$port" 2>/dev/null | awk -v a="$addr" -v p="pid=$1," \
+      '$4 == a && index($0, p) { f = 1 } END { exit !f }' || return 1
+    found=1
+  done < <("${sshd_t[@]}" 2>/dev/null | awk -v p=":$port" '$1 == "listenaddress" && substr($2, length($2) - length(p) + 1) == p { print $2 }')
+  [ "$found" = 1 ]
+}
+
+_hw_port_holders() {  # who listens on the port: "ADDRESS: PROGRAM (pid N, user U)"
+  local line addr prog pid
+  ss -Hltnp "sport = :$port" 2>/dev/null | while read -r line; do
+    addr=$(printf '%s\n' "$line" | awk '{print $4}')
+    prog=$(printf '%s\n' "$line" | sed -n 's/.*users:(("\([^"]*\)".*/\1/p')
+    pid=$(printf '%s\n' "$line" | sed -n 's/.*pid=\([0-9]*\).*/\1/p')
+    printf '%s: %s (pid %s, user %s)\n' "$addr" "${prog:-?}" "${pid:-?}" \
+      "$( [ -n "$pid" ] && stat -c %U "/proc/$pid" 2>/dev/null || echo '?')"
+  done
+}
+
+_hw_sshd_run() {
+  local pid=$1 i rc holders
+  if [ -n "$pid" ] && _hw_sshd_listens "$pid"; then return 0; fi
+  install -d -m 0700 -- "$(dirname -- "$key")"
+  if [ "$systemd" = 1 ]; then
+    systemctl is-active --quiet "$unit" || _hw_write_state "$key.started" systemd
+    systemctl enable "$unit"
+    systemctl restart "$unit"
+  elif [ -z "$pid" ]; then
+    _hw_write_state "$key.started" starting  # before it starts: a kill now still leaves its undo
+    if [ -z "$config" ]; then install -d -m 0755 /run/sshd; /usr/sbin/sshd
+    else /usr/sbin/sshd -f "$config"; fi
+  else
+    kill -HUP "$pid"  # running, but not on this port yet: it reads its configuration again
+  fi
+  for i in $(seq 200); do
+    rc=0; pid=$(_hw_sshd_pid 2>/dev/null) || rc=$?
+    if [ "$rc" = 0 ]; then
+      if [ "$(cat -- "$key.started" 2>/dev/null)" = starting ]; then _hw_write_state "$key.started" "$pid"; fi
+      if _hw_sshd_listens "$pid"; then return 0; fi
+    fi
+    [ "$i" = 200 ] || sleep 0.1
+  done
+  holders=$(_hw_port_holders | grep -v "(pid ${pid:-none}," || true)
+  if [ -n "$holders" ]; then
+    _hw_die "port $port is taken, so sshd cannot listen on it: $(printf '%s' "$holders" | tr '\n' ';' | sed 's/;$//; s/;/; /g'). Stop that program or choose another port."
+  fi
+  "${sshd_t[@]}" > /dev/null || true
+  _hw_die "sshd did not start listening on port $port within 20 s"
+}
+
+_hw_sshd_undo() {
+  local pid=$1 started i
+  [ -e "$key.started" ] || return 0   # it was running before: it keeps running
+  started=$(cat -- "$key.started")
+  if [ "$started" = systemd ]; then
+    systemctl stop "$unit" || true
+  elif [ -n "$pid" ] && { [ "$pid" = "$started" ] || [ "$started" = starting ]; }; then
+    kill "$pid"
+    for i in $(seq 50); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
+  elif [ -n "$pid" ]; then
+    _hw_say "the sshd running now (pid $pid) is not the one hpcwizard started (pid $started): left running"
+  fi
+  rm -f -- "$key.started"
 }

@@ -246,6 +246,23 @@ def test_dropin_writes_the_file_where_the_main_file_includes_its_directory(tmp_p
     assert tree(tmp_path) == before and state_left(tmp_path) == []
 
 
+@pytest.mark.parametrize("include,expected", [
+    ("Include sshd_config.d/*.conf", True),        # relative: from the main file's directory
+    ("Include {tmp}/sshd_config.d/*.conf", True),  # absolute
+    ("  include other.d/*.conf sshd_config.d/0*.conf", True),  # any of several patterns
+    ("#Include sshd_config.d/*.conf", False),      # commented out
+    ("Include sshd_config.d/*.cfg", False),
+])
+def test_dropin_reads_the_include_lines_when_no_regex_is_given(tmp_path: Path, include: str,
+                                                                expected: bool) -> None:
+    (tmp_path / "sshd_config").write_text(include.replace("{tmp}", str(tmp_path)) + "\nPort 22\n")
+    (tmp_path / "sshd_config.d").mkdir()
+    ran = op(tmp_path, "hw_dropin sshd_config.d/00-hpcwizard.conf --else-block sshd_config", SSHD)
+    assert ran.returncode == 0, ran.stderr
+    assert (tmp_path / "sshd_config.d/00-hpcwizard.conf").exists() is expected
+    assert ("# BEGIN hpcwizard" in (tmp_path / "sshd_config").read_text()) is not expected
+
+
 def test_dropin_falls_back_to_a_block_at_the_top_and_validates_it(tmp_path: Path) -> None:
     main = tmp_path / "sshd_config"
     main.write_text("Port 22\n")
