@@ -265,7 +265,7 @@ class WizardApp(App[int]):
 
     def start_run(self, plan: Any) -> None:
         """Sudo once (before the run, never inside it), a new record, then the worker."""
-        from hpcwizard.record import Record, default_path
+        from hpcwizard.record import Record
 
         from .run import RunScreen
 
@@ -277,9 +277,17 @@ class WizardApp(App[int]):
                             severity="error", timeout=8)
                 return
         self.plan = plan
-        self.record = Record.new(plan, self.facts,
-                                 default_path(plan, self._state_dir, self._record_name))
-        self.record.save()
+        # A new record under a free name (two runs in the same second do not collide), its
+        # first save creating the file; Retry, Skip and Undo go on with this same Record.
+        try:
+            record = Record.new(plan, self.facts, base=self._state_dir, name=self._record_name)
+            record.save()
+        except (OSError, ValueError) as exc:  # ValueError: BadInput (no free name left)
+            self.notify(_("cannot write the record: {error}; nothing was run.").format(
+                error=f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError)
+                and exc.filename else exc), severity="error", timeout=10)
+            return
+        self.record = record
         self.stoppable = StoppableRunner(self.runner_for(plan))
         self.run_screen = RunScreen(plan, self.record)
         self.push_screen(self.run_screen)  # its on_mount calls start_worker("apply")
@@ -466,10 +474,14 @@ class WizardApp(App[int]):
 
 def load_facts_file(path: str) -> Any:
     from hpcwizard.facts import Facts
+    from hpcwizard.inputs import SMALL_FILE_LIMIT, read_text
     from hpcwizard.validate import BadInput
 
     try:
-        return Facts.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+        # a regular file of at most SMALL_FILE_LIMIT: a FIFO or /dev/zero is refused at once
+        return Facts.from_dict(json.loads(read_text(path, "HPCWIZARD_FACTS", SMALL_FILE_LIMIT)))
+    except BadInput:
+        raise
     except (OSError, ValueError, TypeError, KeyError) as exc:
         raise BadInput(_("HPCWIZARD_FACTS={path}: cannot read facts from it: {error}").format(
             path=path, error=exc)) from None

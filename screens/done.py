@@ -142,9 +142,11 @@ class DoneScreen(WizardScreen):
         field still holds the platform's), else what to type."""
         if error:
             return Text(error, style="bold red")
-        if self.env_error:  # the platform's variables name hosts hpcwizard cannot read
-            return Text(self.env_error, style="yellow")
         value = self.hosts_text if value is None else value
+        if self.env_error and not value.strip():
+            # the platform's variables name hosts hpcwizard cannot read: refused, as a bad
+            # list typed here would be (never "this instance only" in silence)
+            return Text(self.env_error, style="bold red")
         if self.env_hosts is not None and value.strip() == ",".join(self.env_hosts.names):
             return Text(_("from {source}; empty: this instance only").format(
                 source=self.env_hosts.source))
@@ -165,6 +167,8 @@ class DoneScreen(WizardScreen):
         hosts_input = self.query_one("#verify-hosts", Input)
         text = hosts_input.value.strip()
         try:
+            if not text and self.env_error:
+                raise BadInput(self.env_error)  # a platform variable is set but unreadable
             if self.env_hosts is not None and text == ",".join(self.env_hosts.names):
                 hosts = self.env_hosts  # keeps its source ("SLURM_JOB_NODELIST", ...)
             else:

@@ -48,8 +48,15 @@ run = "true"
 undo = "true"
 """
 
-# name -> (argv, extra environment, files to create {name: bytes}); {tmp} is the test's dir.
-Case = Tuple[List[str], Dict[str, str], Dict[str, bytes]]
+# name -> (argv, extra environment, files to create {name: bytes, or FIFO for a named pipe});
+# {tmp} is the test's dir.
+FIFO = None
+Case = Tuple[List[str], Dict[str, str], Dict[str, Optional[bytes]]]
+HERE = ["verify", *MPI_TCP, "--here"]
+BOMB_BRACES = "a" + "{0..0}" * 1200  # a group each: recursion once per group was 1200 deep
+BOMB_BRACKETS = "a" + "[0]" * 1200
+HUGE = "9" * 5000  # int() refuses more than 4300 digits
+NOT_ASCII = {"superscript": "²²²²", "arabic-indic": "٢٢٢٢", "fullwidth": "２２２２"}
 CASES: Dict[str, Case] = {
     # ports
     "port-0": (APPLY + ["--ssh-port", "0"], {}, {}),
@@ -140,6 +147,78 @@ CASES: Dict[str, Case] = {
     # environment read at plan time
     "env-apt-lock-timeout": (PLAN, {"HPCWIZARD_APT_LOCK_TIMEOUT": "soon"}, {}),
     "env-apt-lock-timeout-shell": (APPLY, {"HPCWIZARD_APT_LOCK_TIMEOUT": "1;touch /tmp/pwned"}, {}),
+    # --- issue 13: digits that are not ASCII, in every numeric input (int('٢٢٢٢') is 2222,
+    # '²'.isdigit() is True): the port, --jobs, WORLD_SIZE, hostfile counts, the apt timeout
+    **{f"port-{kind}": (PLAN + ["--ssh-port", d], {}, {}) for kind, d in NOT_ASCII.items()},
+    **{f"jobs-{kind}": (HERE + ["--jobs", d[:1]], {}, {}) for kind, d in NOT_ASCII.items()},
+    **{f"env-world-size-{kind}": (VERIFY, {"MASTER_ADDR": "job-0", "WORLD_SIZE": d[:1]}, {})
+       for kind, d in NOT_ASCII.items()},
+    **{f"env-apt-lock-timeout-{kind}": (PLAN, {"HPCWIZARD_APT_LOCK_TIMEOUT": d}, {})
+       for kind, d in NOT_ASCII.items()},
+    "hostfile-slots-superscript": (VERIFY + ["--hostfile", "{tmp}/hf"], {},
+                                   {"hf": "node1 slots=²\n".encode()}),
+    "hostfile-count-arabic-indic": (VERIFY + ["--hostfile", "{tmp}/hf"], {},
+                                    {"hf": "node1:٢\n".encode()}),
+    "hostfile-cpu-fullwidth": (VERIFY + ["--hostfile", "{tmp}/hf"], {},
+                               {"hf": "node1 cpu=２\n".encode()}),
+    "hosts-brace-arabic-indic": (VERIFY + ["--hosts", "n{٠..٣}"], {}, {}),
+    "hosts-bracket-fullwidth": (VERIFY + ["--hosts", "n[１-３]"], {}, {}),
+    # recursion and size bombs in every pattern: --hosts, HOSTS, the Slurm node lists
+    "hosts-brace-groups": (VERIFY + ["--hosts", BOMB_BRACES], {}, {}),
+    "hosts-bracket-groups": (VERIFY + ["--hosts", BOMB_BRACKETS], {}, {}),
+    "hosts-brace-product": (VERIFY + ["--hosts", "x{0..4095}{0..4095}"], {}, {}),
+    "hosts-bracket-product": (VERIFY + ["--hosts", "r[0-4095]-n[0-4095]"], {}, {}),
+    "hosts-brace-huge-number": (VERIFY + ["--hosts", "n{0.." + HUGE + "}"], {}, {}),
+    "hosts-bracket-huge-number": (VERIFY + ["--hosts", "n[0-" + HUGE + "]"], {}, {}),
+    "hosts-bracket-many-ranges": (VERIFY + ["--hosts", "n[" + ",".join(["1"] * 50000) + "]"],
+                                  {}, {}),
+    "env-hosts-brace-groups": (VERIFY, {"HOSTS": BOMB_BRACES}, {}),
+    "env-hosts-bracket-groups": (VERIFY, {"HOSTS": BOMB_BRACKETS}, {}),
+    "env-hosts-product": (VERIFY, {"HOSTS": "x{0..4095}{0..4095}"}, {}),
+    "env-slurm-bracket-groups": (VERIFY, {"SLURM_JOB_NODELIST": BOMB_BRACKETS}, {}),
+    "env-slurm-product": (VERIFY, {"SLURM_JOB_NODELIST": "r[0-4095]-n[0-4095]"}, {}),
+    "env-slurm-huge-number": (VERIFY, {"SLURM_NODELIST": "n[0-" + HUGE + "]"}, {}),
+    # files that are not regular (read at once, never blocking) or too large
+    "hostfile-dev-zero": (VERIFY + ["--hostfile", "/dev/zero"], {}, {}),
+    "hostfile-fifo": (VERIFY + ["--hostfile", "{tmp}/hf"], {}, {"hf": FIFO}),
+    "hostfile-too-large": (VERIFY + ["--hostfile", "{tmp}/hf"], {},
+                           {"hf": b"node1\n" * (200 * 1024)}),
+    "env-hostfile-fifo": (VERIFY, {"HOSTFILE": "{tmp}/hf"}, {"hf": FIFO}),
+    "env-ompi-hostfile-dev-zero": (VERIFY, {"OMPI_MCA_orte_default_hostfile": "/dev/zero"}, {}),
+    "diagnose-dev-zero": (["diagnose", "/dev/zero"], {}, {}),
+    "diagnose-fifo": (["diagnose", "{tmp}/log"], {}, {"log": FIFO}),
+    "diagnose-directory": (["diagnose", "{tmp}"], {}, {}),
+    # every platform host variable set but invalid: an error naming it, never "no hosts"
+    # (which verified this instance only, and a user believed the cluster passed)
+    "env-hosts-subst": (VERIFY, {"HOSTS": "$(touch {tmp}/pwned)"}, {}),
+    "env-hosts-backtick": (VERIFY, {"HOSTS": "`touch {tmp}/pwned`"}, {}),
+    "env-hosts-countdown": (VERIFY, {"HOSTS": "n{3..1}"}, {}),
+    "env-hostfile-missing": (VERIFY, {"HOSTFILE": "{tmp}/no-such-hostfile"}, {}),
+    "env-hostfile-bad-name": (VERIFY, {"HOSTFILE": "{tmp}/hf"}, {"hf": b"node1\nn;id\n"}),
+    "env-ompi-orte-hostfile-missing": (VERIFY, {"OMPI_MCA_orte_default_hostfile": "{tmp}/nope"},
+                                       {}),
+    "env-ompi-prte-hostfile-missing": (VERIFY, {"OMPI_MCA_prte_default_hostfile": "{tmp}/nope"},
+                                       {}),
+    "env-prte-hostfile-bad-count": (VERIFY, {"PRTE_MCA_prte_default_hostfile": "{tmp}/hf"},
+                                    {"hf": b"node1 slots=many\n"}),
+    "env-slurm-job-nodelist-bracket": (VERIFY, {"SLURM_JOB_NODELIST": "node[1-3"}, {}),
+    "env-slurm-nodelist-letters": (VERIFY, {"SLURM_NODELIST": "node[a-b]"}, {}),
+    "env-vc-hosts-shell": (VERIFY, {"VC_WORKER_HOSTS": "w0,w1;touch {tmp}/pwned"}, {}),
+    "env-master-addr-subst": (VERIFY, {"MASTER_ADDR": "$(id)", "WORLD_SIZE": "2"}, {}),
+    "env-master-addr-alone": (VERIFY, {"MASTER_ADDR": "job-0"}, {}),
+    "env-world-size-letters": (VERIFY, {"MASTER_ADDR": "job-0", "WORLD_SIZE": "abc"}, {}),
+    "env-world-size-alone": (VERIFY, {"WORLD_SIZE": "abc"}, {}),
+    "env-world-size-zero": (VERIFY, {"MASTER_ADDR": "job-0", "WORLD_SIZE": "0"}, {}),
+    # options that do not apply to the choices are refused, not ignored
+    "ucx-url-with-tcp": (PLAN + ["--ucx-url", URL], {}, {}),
+    "ucx-url-with-pytorch": (["plan", "--framework", "pytorch", "--network", "ib",
+                              "--ucx-url", URL], {}, {}),
+    "ucx-sha-with-tcp": (APPLY + ["--ucx-url", URL, "--ucx-sha256", SHA], {}, {}),
+    "peers-with-pytorch": (["plan", "--framework", "pytorch", "--network", "tcp",
+                            "--peers", "job-*"], {}, {}),
+    "host-keys-off-with-pytorch": (["apply", "--framework", "pytorch", "--network", "tcp",
+                                    "--manual", "--yes", "--host-keys", "off"], {}, {}),
+    "here-with-hosts": (HERE + ["--hosts", "node1,node2"], {}, {}),
 }
 
 
@@ -183,14 +262,19 @@ def test_cli_bad_input(case: str, tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
     for name, body in files.items():
-        (work / name).write_bytes(body.replace(b"{tmp}", str(work).encode()))
+        if body is FIFO:  # nobody writes to it: a reader that opens it blocking hangs
+            os.mkfifo(work / name)
+        else:
+            (work / name).write_bytes(body.replace(b"{tmp}", str(work).encode()))
     argv = [a.replace("{tmp}", str(work)) for a in argv]
+    env = {k: v.replace("{tmp}", str(work)) for k, v in env.items()}
     state = tmp_path / "state"
     before = snapshot(*ROOTS)
     listing = sorted(os.listdir(work))
     full_env = dict(os.environ, HPCWIZARD_STATE_DIR=str(state), **env)
+    # 20 s: each case is refused in well under a second; a hang fails fast
     proc = subprocess.run([wizard_exe(), *argv], stdin=subprocess.DEVNULL, capture_output=True,
-                          text=True, timeout=60, cwd=str(work), env=full_env)
+                          text=True, timeout=20, cwd=str(work), env=full_env)
     shown = (f"\n$ hpcwizard {' '.join(map(repr, argv))}\n--- stdout:\n{proc.stdout}"
              f"\n--- stderr:\n{proc.stderr}")
     assert proc.returncode == 2, f"exit {proc.returncode}, expected 2{shown}"
@@ -277,6 +361,7 @@ TUI_CASES: Dict[str, Tuple[str, str, str]] = {  # field, typed value, words of t
     "tui-port-70000": ("ssh_port", "70000", "out of range"),
     "tui-port-letters": ("ssh_port", "22x", "not a number"),
     "tui-port-shell": ("ssh_port", "2;id", "not a number"),
+    **{f"tui-port-{kind}": ("ssh_port", d, "not a number") for kind, d in NOT_ASCII.items()},
     "tui-user-space": ("user", "Bad User", "is not valid"),
     "tui-user-shell": ("user", "x;touch /tmp/pwned", "is not valid"),
     "tui-user-subst": ("user", "$(touch /tmp/pwned)", "is not valid"),
@@ -292,7 +377,7 @@ def test_tui_field_refuses(case: str, tmp_path: Path) -> None:
     pytest.importorskip("textual")
     from textual.widgets import Input, Static
 
-    from _tui_fixtures import FakeRunner, make_app, to_choose
+    from _tui_fixtures import FakeRunner, make_app, text_of, to_choose, wait_for
 
     field, value, words = TUI_CASES[case]
     runner = FakeRunner()
@@ -307,11 +392,18 @@ def test_tui_field_refuses(case: str, tmp_path: Path) -> None:
             await pilot.pause()
             await pilot.press("end", *["backspace"] * len(widget.value))
             await pilot.press(*value)
-            await pilot.press("ctrl+n")
-            await pilot.pause(0.1)
+            await wait_for(pilot, lambda: widget.value == value)
+            await pilot.pause()
             hint = app.screen.query_one(f"#{field}-hint", Static)
-            shown = hint.content if isinstance(hint.content, str) else str(hint.render())
-            return type(app.screen).__name__, str(shown), app.plan
+            hint.update("")  # what the field says from here on is what ctrl+n made of it
+            await pilot.press("ctrl+n")
+            try:  # waits for the state, not for a fixed time: refused, or moved on
+                await wait_for(pilot, lambda: bool(text_of(hint).strip())
+                               or type(app.screen).__name__ != "ChooseScreen"
+                               or app.plan is not None)
+            except AssertionError:
+                pass  # the asserts below say what the field shows
+            return type(app.screen).__name__, text_of(hint), app.plan
 
     screen, hint, plan = asyncio.run(go())
     assert screen == "ChooseScreen" and plan is None, f"{case}: the wizard moved on"
@@ -333,6 +425,12 @@ DONE_HOSTS_CASES: Dict[str, Tuple[str, str]] = {  # typed value, words of the re
     "done-hosts-bracket": ("node[1-", "unmatched bracket"),
     "done-hosts-huge": ("x{0..4095}{0..4095}", "more than 4096 hosts"),
     "done-hosts-twice": ("node1,node1", "twice"),
+    # issue 13: recursion and size bombs, digits that are not ASCII
+    "done-hosts-brace-groups": ("a" + "{0..0}" * 40, "more than 16 ranges"),
+    "done-hosts-bracket-groups": ("a" + "[0]" * 40, "more than 16 ranges"),
+    "done-hosts-bracket-product": ("r[0-4095]-n[0-4095]", "more than 4096 hosts"),
+    "done-hosts-huge-number": ("n{0.." + "9" * 40 + "}", "more than 4096 hosts"),
+    "done-hosts-arabic-indic": ("n{٠..٣}", "is not valid"),
 }
 
 
@@ -357,17 +455,147 @@ def test_done_hosts_field_refuses(case: str, tmp_path: Path) -> None:
             await wait_for(pilot, lambda: type(app.screen).__name__ == "DoneScreen"
                            and app.screen.verify_state == "ended")
             calls = len(system.calls)
-            app.screen.query_one("#verify-hosts", Input).focus()
-            await pilot.press(*value, "enter")
-            await pilot.pause(0.1)
+            field = app.screen.query_one("#verify-hosts", Input)
+            field.focus()
+            await pilot.press(*value)
+            await wait_for(pilot, lambda: field.value == value)
+            await pilot.pause()
             hint = app.screen.query_one("#verify-hint", Static)
-            return len(system.calls) - calls, text_of(hint), str(hint.content.style)
+            hint.update("")  # what the hint says from here on is what enter made of it
+            await pilot.press("enter")
+            try:  # waits for the state: refused, or a verification started
+                await wait_for(pilot, lambda: bool(text_of(hint).strip())
+                               or app.screen.verify_state == "running"
+                               or len(system.calls) > calls)
+            except AssertionError:
+                pass
+            content = hint.content
+            return (len(system.calls) - calls, text_of(hint),
+                    str(getattr(content, "style", "")))
 
     new_calls, hint, style = asyncio.run(go())
     assert new_calls == 0, f"{case}: a verification ran"
     assert words in hint and "\n" not in hint.strip(), f"{case}: the field says {hint!r}"
     assert style == "bold red"
     assert not Path("/tmp/pwned").exists()
+
+
+# --- the Done screen with a platform variable set but unreadable ---------------------------
+
+DONE_ENV_CASES: Dict[str, Tuple[Dict[str, str], str]] = {  # environment, words of the refusal
+    "done-env-hosts-subst": ({"HOSTS": "$(touch /tmp/pwned)"}, "HOSTS: host name"),
+    "done-env-slurm-bracket": ({"SLURM_JOB_NODELIST": "node[1-3"}, "SLURM_JOB_NODELIST"),
+    "done-env-world-size": ({"MASTER_ADDR": "job-0", "WORLD_SIZE": "abc"}, "WORLD_SIZE 'abc'"),
+    "done-env-hostfile-fifo": ({"HOSTFILE": "{tmp}/hf"}, "HOSTFILE"),
+}
+
+
+@pytest.mark.parametrize("case", list(DONE_ENV_CASES))
+def test_done_refuses_an_unreadable_platform_variable(case: str, tmp_path: Path,
+                                                      monkeypatch) -> None:
+    """Not "this instance only" in silence: the verification Done starts by itself is refused
+    at the hosts field, in one red line naming the variable, and so is Verify with the field
+    empty; hosts typed into the field are verified."""
+    pytest.importorskip("textual")
+    from textual.widgets import Input, Static
+
+    from _tui_fixtures import make_app, run_until, text_of, wait_for
+    from _verify_fixtures import FakeSystem
+
+    env, words = DONE_ENV_CASES[case]
+    os.mkfifo(tmp_path / "hf")
+    for key, value in env.items():
+        monkeypatch.setenv(key, value.replace("{tmp}", str(tmp_path)))
+    system = FakeSystem({"node1": "ok"})
+    app = make_app(tmp_path, verify_system=system)
+
+    async def go() -> Tuple[str, str, int, str, int]:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await run_until(pilot, "done")
+            await pilot.press("n")
+            await wait_for(pilot, lambda: type(app.screen).__name__ == "DoneScreen")
+            done = app.screen
+            hint = done.query_one("#verify-hint", Static)
+            await wait_for(pilot, lambda: bool(text_of(hint).strip()))
+            first, style, calls = text_of(hint), str(getattr(hint.content, "style", "")), \
+                len(system.calls)
+            state = done.verify_state
+            field = done.query_one("#verify-hosts", Input)
+            assert field.value == ""
+            hint.update("")
+            field.focus()
+            await pilot.press("enter")  # Verify with the field empty: refused again
+            await wait_for(pilot, lambda: bool(text_of(hint).strip()))
+            again, second = len(system.calls), text_of(hint)
+            await pilot.press(*"node1", "enter")  # typed hosts: verified
+            await wait_for(pilot, lambda: done.verify_state == "ended")
+            return first, style, calls + again, state + " " + second, len(system.calls)
+
+    first, style, calls, state, after = asyncio.run(go())
+    assert words in first and "\n" not in first.strip(), f"{case}: the hint says {first!r}"
+    assert style == "bold red" and calls == 0, (style, calls)
+    assert state.startswith("idle ") and words in state, state
+    assert after > 0, "the hosts typed were not verified"
+    assert not Path("/tmp/pwned").exists()
+
+
+# --- a sysroot's files that are not regular: unknown, with a note, at once ------------------
+
+@pytest.mark.parametrize("rel, kind", [("etc/os-release", "fifo"), ("etc/os-release", "zero"),
+                                       ("etc/os-release", "dir"), ("proc/cpuinfo", "fifo"),
+                                       ("proc/1/environ", "zero")])
+def test_sysroot_files_that_are_not_regular_are_unknown_not_a_hang(rel, kind, tmp_path):
+    """detect (and plan) read a sysroot's files: a FIFO there hung forever, /dev/zero ran out
+    of memory. Now each is unreadable: "unknown" plus a note, exit 0, within seconds."""
+    root = tmp_path / "root"
+    (root / rel).parent.mkdir(parents=True)
+    if kind == "fifo":
+        os.mkfifo(root / rel)
+    elif kind == "zero":
+        (root / rel).symlink_to("/dev/zero")  # a device without mknod (needs no root)
+    else:
+        (root / rel).mkdir()
+    before = snapshot(*ROOTS)
+    env = dict(os.environ, HPCWIZARD_STATE_DIR=str(tmp_path / "state"))
+    proc = subprocess.run([wizard_exe(), "detect", "--json", "--sysroot", str(root)],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=20,
+                          env=env)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    import json
+
+    facts = json.loads(proc.stdout)
+    if rel == "etc/os-release":
+        assert facts["os"]["id"] == "unknown"
+        assert any("os-release" in n and "not a regular file" in n for n in facts["notes"])
+    plan = subprocess.run([wizard_exe(), "plan", *MPI_TCP, "--sysroot", str(root)],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=20,
+                          env=env)
+    assert plan.returncode == 0 and "Traceback" not in plan.stderr, plan.stderr
+    assert snapshot(*ROOTS) == before and not (tmp_path / "state").exists()
+
+
+def test_a_facts_file_that_is_not_regular_is_refused(tmp_path) -> None:
+    """HPCWIZARD_FACTS (the wizard's facts from a file) through the same reader."""
+    pytest.importorskip("textual")
+    from hpcwizard.screens.app import load_facts_file
+    from hpcwizard.validate import BadInput
+
+    os.mkfifo(tmp_path / "facts.json")
+    for path in (str(tmp_path / "facts.json"), "/dev/zero"):
+        with pytest.raises(BadInput, match="HPCWIZARD_FACTS .* is not a regular file"):
+            load_facts_file(path)
+
+
+def test_export_onto_a_fifo_is_refused(tmp_path) -> None:
+    """export -o onto something that is not a regular file (a FIFO here; /dev/zero as root
+    would lose the device node) is refused: exit 2, the FIFO still a FIFO."""
+    os.mkfifo(tmp_path / "out")
+    proc = subprocess.run([wizard_exe(), "export", *MPI_TCP, "--format", "setup", "-o",
+                           str(tmp_path / "out")], stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=20, cwd=str(tmp_path),
+                          env=dict(os.environ, HPCWIZARD_STATE_DIR=str(tmp_path / "state")))
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "out").st_mode), "the FIFO was replaced"
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
 
 
 # --- an older record still loads (a newer one is refused: tests/test_record.py) -------------

@@ -1,7 +1,8 @@
 """hosts: every source, which one was used, and every name validated."""
 import pytest
 
-from hpcwizard.hosts import expand_nodelist, expand_pattern, find_hosts, parse_hostfile
+from hpcwizard.hosts import (expand_nodelist, expand_pattern, find_hosts, from_environment,
+                              parse_hostfile)
 from hpcwizard.validate import BadInput
 
 
@@ -85,3 +86,80 @@ def test_too_many_hosts_are_refused_before_they_are_built(text, expand):
 def test_the_cap_itself_still_expands():
     assert len(expand_pattern("n{1..64}-{1..64}")) == 4096
     assert len(expand_nodelist("r[1-64]-n[1-64]")) == 4096
+
+
+# --- issue 13: no recursion, stated limits, ASCII digits, platform variables ------------------
+
+@pytest.mark.parametrize("text, words", [
+    ("a" + "{0..0}" * 1200, "more than 16 ranges"),  # was RecursionError
+    ("a" + "[0]" * 1200, "more than 16 ranges"),
+    ("n{0.." + "9" * 5000 + "}", "more than 4096 hosts"),  # int() refuses 4300+ digits
+    ("n[0-" + "9" * 5000 + "]", "more than 4096 hosts"),
+    ("n[" + ",".join(["1"] * 100000) + "]", "more than 4096 hosts"),
+    ("x" * (2 * 1024 * 1024), "longer than"),
+    ("n{٠..٣}", "is not valid"),  # Arabic-Indic digits are not a range
+    ("n[１-３]", "is not N or N-M"),
+    ("a[[1]]", "unmatched bracket"),
+])
+def test_pattern_bombs_are_one_line_refusals(text, words):
+    with pytest.raises(BadInput, match=words) as info:
+        find_hosts(text, env={})
+    assert "\n" not in str(info.value) and len(str(info.value)) < 300
+
+
+def test_sixteen_ranges_still_expand():
+    assert expand_pattern("a" + "{0..0}" * 16) == ["a" + "0" * 16]
+    assert expand_nodelist("a" + "[0]" * 16) == ["a" + "0" * 16]
+    assert expand_pattern("n{1..2}-{08..09}") == ["n1-08", "n1-09", "n2-08", "n2-09"]
+    assert expand_nodelist("n[1,3-4]x[7]") == ["n1x7", "n3x7", "n4x7"]
+
+
+@pytest.mark.parametrize("line", ["a slots=²", "a:٢", "a cpu=２", "a slots=", "a:", "a slots=0",
+                                  "a slots=70000", "a slots=many"])
+def test_a_hostfile_count_that_is_not_a_number_names_its_line(line):
+    with pytest.raises(BadInput, match="line 2: the count in"):
+        parse_hostfile("ok slots=1\n" + line + "\n")
+
+
+def test_hostfiles_are_read_as_regular_files_only(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "fifo")
+    for path in (str(tmp_path / "fifo"), "/dev/zero", str(tmp_path)):
+        with pytest.raises(BadInput, match="--hostfile .* is not a regular file"):
+            find_hosts(hostfile=path, env={})
+        with pytest.raises(BadInput, match="^HOSTFILE .* is not a regular file"):
+            find_hosts(env={"HOSTFILE": path})
+    (tmp_path / "big").write_bytes(b"n1\n" * 400000)
+    with pytest.raises(BadInput, match="larger than 1 MiB"):
+        find_hosts(hostfile=str(tmp_path / "big"), env={})
+
+
+@pytest.mark.parametrize("env, words", [
+    ({"HOSTS": "$(id)"}, "^HOSTS: "),
+    ({"HOSTS": "`id`"}, "^HOSTS: "),
+    ({"HOSTS": "n{3..1}"}, "^HOSTS: .*counts down"),
+    ({"HOSTFILE": "/no/such"}, "^HOSTFILE /no/such does not exist"),
+    ({"OMPI_MCA_orte_default_hostfile": "/no/such"}, "^OMPI_MCA_orte_default_hostfile "),
+    ({"OMPI_MCA_prte_default_hostfile": "/no/such"}, "^OMPI_MCA_prte_default_hostfile "),
+    ({"PRTE_MCA_prte_default_hostfile": "/no/such"}, "^PRTE_MCA_prte_default_hostfile "),
+    ({"SLURM_JOB_NODELIST": "node[1-3"}, "^SLURM_JOB_NODELIST: .*unmatched bracket"),
+    ({"SLURM_NODELIST": "node[a-b]"}, "^SLURM_NODELIST: "),
+    ({"VC_WORKER_HOSTS": "w;id"}, "^VC_WORKER_HOSTS: "),
+    ({"MASTER_ADDR": "$(id)", "WORLD_SIZE": "2"}, "^MASTER_ADDR: "),
+    ({"MASTER_ADDR": "job-0", "WORLD_SIZE": "abc"}, "^WORLD_SIZE 'abc'"),
+    ({"MASTER_ADDR": "job-0", "WORLD_SIZE": "٢"}, "^WORLD_SIZE '٢'"),
+    ({"WORLD_SIZE": "abc"}, "^WORLD_SIZE 'abc'"),
+    ({"WORLD_SIZE": "2"}, "^WORLD_SIZE is set but MASTER_ADDR is not"),
+    ({"MASTER_ADDR": "job-0"}, "^MASTER_ADDR is set but WORLD_SIZE is not"),
+])
+def test_a_platform_variable_set_but_invalid_is_an_error_naming_it(env, words):
+    """Never None ("no hosts given": verify would check this instance only)."""
+    with pytest.raises(BadInput, match=words):
+        from_environment(env)
+
+
+def test_none_only_when_no_platform_variable_is_set():
+    assert from_environment({}) is None
+    assert from_environment({"HOSTS": " ", "SLURM_JOB_NODELIST": "", "WORLD_SIZE": "",
+                             "VC_WORKER_HOSTS": " ", "PATH": "/bin"}) is None

@@ -54,6 +54,13 @@ def make_choices(**raw: Any) -> Choices:
     validate.host_pattern(c.peers)
     validate.choice("UCX source", c.ucx_source, UCX_SOURCES)
     ucx_url, ucx_sha = c.ucx_url, c.ucx_sha256
+    if (c.ucx_source == "url" or ucx_url or ucx_sha) and (c.framework, c.network) != ("mpi", "ib"):
+        # UCX is MPI's InfiniBand transport: with anything else the package would be
+        # fetched for nothing, or (as before) silently not at all
+        raise validate.BadInput(_("a UCX package (--ucx-url, --ucx-sha256) is only for MPI "
+                                  "over InfiniBand (--framework mpi --network ib), not "
+                                  "{framework} over {network}").format(
+            framework=c.framework, network=c.network), "url")
     if c.ucx_source == "url":
         if not ucx_url:
             raise validate.BadInput(_("UCX source 'url' needs the package's address (--ucx-url)"))

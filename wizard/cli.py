@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import signal
+import stat
 import sys
 from pathlib import Path
 from typing import Any, List, Optional
@@ -177,6 +178,14 @@ def _facts(sysroot: str) -> Any:
 def _choices(args: argparse.Namespace) -> Any:
     from .choices import make_choices
 
+    # options that do not apply are refused, not ignored: only MPI gets SSH settings
+    # (mpirun starts its ranks over SSH; torchrun needs no SSH server or client config)
+    ssh_only = [flag for flag, given in (("--peers", args.peers != "*"),
+                                         ("--host-keys off", args.host_keys == "off")) if given]
+    if args.framework == "pytorch" and ssh_only:
+        raise BadInput(_("{flags}: SSH is configured for MPI only (mpirun starts its ranks "
+                         "over SSH); PyTorch gets no SSH settings: leave out {flags}").format(
+            flags=", ".join(ssh_only)))
     return make_choices(framework=args.framework, network=args.network, mode=args.mode or "auto",
                         user=args.user, ssh_port=args.ssh_port, host_keys=args.host_keys,
                         peers=args.peers, ucx_source="url" if args.ucx_url else "distro",
@@ -255,7 +264,7 @@ def _terminate_as_interrupt() -> None:
 
 def _run_plan(plan: Any, facts: Any, record_path: Optional[str], yes: bool, dry_run: bool) -> int:
     from .apply import ShellRunner, apply_record
-    from .record import Record
+    from .record import Record, new_record_path
     from .report import ConsoleSink, format_dry_run, format_plan, format_recommendation
 
     runner = ShellRunner(plan.target.user)
@@ -268,6 +277,8 @@ def _run_plan(plan: Any, facts: Any, record_path: Optional[str], yes: bool, dry_
     if dry_run:
         print(format_dry_run(plan, [runner.check(s.as_, s.check) for s in plan.steps]))
         return EXIT_OK
+    # --record FILE: refused before anything runs if anything is there (never written over)
+    path = new_record_path(Path(record_path)) if record_path else None
     print(format_plan(plan, brief=True))
     _confirm(_("Run these {n} steps?").format(n=len(plan.steps)), yes)
     _sudo_once(plan, facts)
@@ -275,9 +286,9 @@ def _run_plan(plan: Any, facts: Any, record_path: Optional[str], yes: bool, dry_
 
     # The lock first: a second hpcwizard stops here, having written nothing.
     with run_lock(machine=plan.needs_root):
-        record = Record.new(plan, facts, Path(record_path) if record_path else None)
+        record = Record.new(plan, facts, path)
         try:
-            record.save()
+            record.save()  # creates it: a file that appeared there meanwhile is refused (2)
             _terminate_as_interrupt()
             status = apply_record(record, runner, ConsoleSink(
                 titles=[field(s, "title") for s in plan.steps]))
@@ -316,17 +327,21 @@ def cmd_export(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if out.is_dir():
         raise BadInput(_("{path} is a directory: give a file name").format(path=out))
+    if os.path.lexists(out) and not stat.S_ISREG(os.lstat(out).st_mode):
+        # a FIFO, a device or a link: renaming over it would lose what it is
+        raise BadInput(_("{path} is not a regular file: give the name of a file to write").format(
+            path=out))
     if not out.parent.is_dir():
         raise BadInput(_("directory {path} does not exist").format(path=out.parent))
-    write_private(out, text.encode("utf-8"))
-    os.chmod(out, 0o700)
+    # The mode is set on the new file before it is renamed into place: never a chmod of the
+    # path afterwards (by then it could be someone else's file or a link).
+    write_private(out, text.encode("utf-8"), mode=0o700)
     print(_("wrote {path}").format(path=out))
     if args.format == "dockerfile":  # its build context: the setup script beside it
         from .dockerfile import companion_files
 
         for name, body in companion_files(plan).items():
-            write_private(out.parent / name, body.encode("utf-8"))
-            os.chmod(out.parent / name, 0o700)
+            write_private(out.parent / name, body.encode("utf-8"), mode=0o700)
             print(_("wrote {path}").format(path=out.parent / name))
     return EXIT_OK
 
@@ -337,7 +352,7 @@ def cmd_undo(args: argparse.Namespace) -> int:
     from .record import Record
     from .report import ConsoleSink
 
-    record = Record.load(Path(args.record))
+    record = Record.load(Path(args.record), use="undo", update=True)
     from .apply import UNDO_STATUSES
 
     done = [s for s in record.steps if s["status"] in UNDO_STATUSES]
@@ -359,7 +374,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from .plan import build_plan
     from .record import Record
 
-    record = Record.load(Path(args.record))
+    record = Record.load(Path(args.record), use="replay")
     choices = choices_from_mapping(record.data["choices"])
     facts = _facts("/")
     plan = build_plan(facts, choices, _catalog())
@@ -367,7 +382,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from .hosts import find_hosts
+    from .hosts import find_hosts, from_environment
+    from .inputs import number
     from .report_verify import format_report
     from .verify import verify
 
@@ -387,31 +403,28 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if given:
             raise BadInput(_("give --record or the choices ({flags}), not both: the record "
                              "has its own").format(flags=", ".join(given)))
-        record = Record.load(Path(args.record))
-        # as its owner: the choices ("you") mean that user, and the record stays theirs
-        if (record.path.stat().st_uid != os.geteuid()
-                or not os.access(record.path.parent, os.W_OK)):
-            raise BadInput(_("cannot write to record {path}: run verify as its owner").format(
-                path=record.path))
+        # as its owner (the choices' "you" mean that user, and the record stays theirs):
+        # the one trusted load, which refuses anyone else's record
+        record = Record.load(Path(args.record), use="verify --record", update=True)
         choices = choices_from_mapping(record.data["choices"])
     elif not (args.framework and args.network):
         raise BadInput(_("verify needs --framework and --network, or --record FILE"))
     else:
         choices = _choices(args)
+    jobs = number(args.jobs, "--jobs", 1, 256)
     hosts = None
-    if not args.here:
-        try:
-            hosts = find_hosts(args.hosts, args.hostfile)
-        except BadInput:
-            if args.hosts is not None or args.hostfile is not None:
-                raise
-            hosts = None  # no hosts anywhere: the checks here only, said in the report
+    if args.here:
+        if args.hosts is not None or args.hostfile is not None:
+            raise BadInput(_("--here checks this instance only: leave out --hosts and "
+                             "--hostfile, or --here"))
+    elif args.hosts is not None or args.hostfile is not None:
+        hosts = find_hosts(args.hosts, args.hostfile)
+    else:
+        # the platform's variables; None only when none is set: the checks here only, said
+        # in the report. One set but unreadable is bad input naming it, never "here only".
+        hosts = from_environment(os.environ)
     facts, plan = _plan(args, choices)
-    jobs = args.jobs.strip()
-    if not jobs.isdigit() or not 1 <= int(jobs) <= 256:
-        raise BadInput(_("--jobs {value!r} is not a number from 1 to 256").format(
-            value=args.jobs))
-    report = verify(plan, facts, hosts, max_workers=int(jobs))
+    report = verify(plan, facts, hosts, max_workers=jobs)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     else:
@@ -432,14 +445,10 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     """Exit 0: at least one known failure found; 1: nothing recognised; 2: unreadable file."""
     from .diagnose import diagnose
 
-    try:
-        if args.logfile == "-":
-            text = sys.stdin.read()
-        else:
-            text = Path(args.logfile).read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise BadInput(_("cannot read {path}: {error}").format(
-            path=args.logfile, error=exc.strerror or exc)) from None
+    from .inputs import LOG_LIMIT, read_text
+
+    # a regular file or standard input, up to LOG_LIMIT: a FIFO or /dev/zero is refused
+    text = read_text(args.logfile, _("log"), LOG_LIMIT, stdin=True)
     found = diagnose(text.splitlines())
     if args.json:
         print(json.dumps([{"id": d.id, "line": d.line, "cause": d.cause, "fix": d.fix,

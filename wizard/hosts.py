@@ -13,26 +13,37 @@
    `<job>-worker-0..N-2`; or `<prefix>-0` then `<prefix>-1..N-1`).
 
 The result says which source was used. Every name is checked with validate.host_name, so a
-name never reaches shell text unchecked. Pure functions of their inputs (the environment is
-a parameter); only reading a hostfile touches the file system.
+name never reaches shell text unchecked. A platform variable that is set but cannot be read
+is an error naming the variable (never "no hosts"): `from_environment` answers None only
+when none of them is set. Patterns are parsed without recursion, with limits stated below
+(checked before anything is expanded), numbers through hpcwizard.inputs (ASCII digits),
+and hostfiles read through inputs.read_text (regular files, HOSTFILE_LIMIT). Pure functions
+of their inputs (the environment is a parameter); only reading a hostfile touches the file
+system.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .i18n import _
+from .inputs import HOSTFILE_LIMIT, ascii_int, read_text
 from .validate import BadInput, host_name
 
 HOSTFILE_VARS = ("OMPI_MCA_orte_default_hostfile", "OMPI_MCA_prte_default_hostfile",
                  "PRTE_MCA_prte_default_hostfile")
 SLURM_VARS = ("SLURM_JOB_NODELIST", "SLURM_NODELIST")
 MAX_HOSTS = 4096
+MAX_RANGES = 16  # range groups ({a..b} or [...]) in one name: 4096 hosts need 12 of size 2
+MAX_TEXT = 1024 * 1024  # characters of a host list or pattern (4096 long names fit)
+MAX_SLOTS = 65536  # slots= / cpu= / host:N in a hostfile
 
-_BRACE = re.compile(r"\{(\d+)\.\.(\d+)\}")
+# ASCII digits only: \d would take '٣' (Arabic-Indic three) as a digit
+_BRACE = re.compile(r"\{([0-9]+)\.\.([0-9]+)\}")
+_BRACKET = re.compile(r"\[([^\[\]]*)\]")
 _VC = re.compile(r"^VC_([A-Z0-9_]+)_HOSTS$")
 
 
@@ -48,41 +59,73 @@ class Hosts:
 
 # --- expansions ---------------------------------------------------------------------------
 
-def _too_many(text: str, count: int) -> None:
+def _short(text: str, limit: int = 60) -> str:
+    """text for a one-line refusal: a pattern bomb is not printed whole."""
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _too_many(text: str, count: int, already: int = 0) -> None:
     """Refuse before expanding: ranges multiply, and the wizard checks as the user types."""
-    if count > MAX_HOSTS:
+    if count + already > MAX_HOSTS:
         raise BadInput(_("host pattern {text!r} gives more than {max} hosts").format(
-            text=text, max=MAX_HOSTS))
+            text=_short(text), max=MAX_HOSTS))
 
 
-def expand_pattern(text: str) -> List[str]:
-    """'job-worker-{0..3}' -> job-worker-0..3; '{00..11}' keeps the zero padding;
-    several ranges multiply. Text without a range is returned as one name."""
-    count = 1
-    for m in _BRACE.finditer(text):
-        count *= max(int(m.group(2)) - int(m.group(1)) + 1, 1)
-    _too_many(text, count)
-    return _expand_braces(text)
+def _too_long(text: str) -> None:
+    if len(text) > MAX_TEXT:
+        raise BadInput(_("host list of {n} characters is longer than the {max} allowed").format(
+            n=len(text), max=MAX_TEXT))
 
 
-def _expand_braces(text: str) -> List[str]:
-    m = _BRACE.search(text)
-    if not m:
-        return [text]
-    lo_s, hi_s = m.group(1), m.group(2)
-    lo, hi = int(lo_s), int(hi_s)
-    if hi < lo:
-        raise BadInput(_("host pattern {text!r}: the range {range} counts down").format(
-            text=text, range=f"{{{lo_s}..{hi_s}}}"))
-    if hi - lo + 1 > MAX_HOSTS:
-        raise BadInput(_("host pattern {text!r} gives more than {max} hosts").format(
-            text=text, max=MAX_HOSTS))
-    width = len(lo_s) if lo_s.startswith("0") and len(lo_s) > 1 else 0
+def _too_many_ranges(text: str, n: int) -> None:
+    if n > MAX_RANGES:
+        raise BadInput(_("host pattern {text!r} has more than {max} ranges").format(
+            text=_short(text), max=MAX_RANGES))
+
+
+def _join(literals: Sequence[str], groups: Sequence[Sequence[str]]) -> List[str]:
+    """literals[0] g0 literals[1] g1 ... literals[-1], for every pick of one per group (the
+    first group varies slowest, as in brace and Slurm expansion)."""
     out: List[str] = []
-    for i in range(lo, hi + 1):
-        num = str(i).zfill(width)
-        out += _expand_braces(text[:m.start()] + num + text[m.end():])
+    for pick in itertools.product(*groups):
+        parts = [literals[0]]
+        for value, literal in zip(pick, literals[1:]):
+            parts += [value, literal]
+        out.append("".join(parts))
     return out
+
+
+def expand_pattern(text: str, already: int = 0) -> List[str]:
+    """'job-worker-{0..3}' -> job-worker-0..3; '{00..11}' keeps the zero padding;
+    several ranges multiply. Text without a range is returned as one name. Refused: more
+    than MAX_RANGES ranges, a range counting down, more than MAX_HOSTS names (with
+    `already` names before these), all before a name is built."""
+    _too_long(text)
+    literals: List[str] = []
+    bounds: List[Tuple[str, str]] = []
+    pos = 0
+    for m in _BRACE.finditer(text):
+        bounds.append((m.group(1), m.group(2)))
+        _too_many_ranges(text, len(bounds))
+        literals.append(text[pos:m.start()])
+        pos = m.end()
+    literals.append(text[pos:])
+    count = 1
+    for lo_s, hi_s in bounds:
+        lo, hi = ascii_int(lo_s), ascii_int(hi_s)
+        if lo is None or hi is None:  # numbers of more than 18 digits
+            _too_many(text, MAX_HOSTS + 1)
+        elif hi < lo:
+            raise BadInput(_("host pattern {text!r}: the range {range} counts down").format(
+                text=_short(text), range=f"{{{lo_s}..{hi_s}}}"))
+        else:
+            count *= hi - lo + 1
+            _too_many(text, count, already)
+    groups: List[List[str]] = []
+    for lo_s, hi_s in bounds:
+        width = len(lo_s) if lo_s.startswith("0") and len(lo_s) > 1 else 0
+        groups.append([str(i).zfill(width) for i in range(int(lo_s), int(hi_s) + 1)])
+    return _join(literals, groups)
 
 
 def _split_top(text: str) -> List[str]:
@@ -102,90 +145,112 @@ def _split_top(text: str) -> List[str]:
     return [p.strip() for p in parts if p.strip()]
 
 
-def expand_nodelist(text: str) -> List[str]:
+def expand_nodelist(text: str, already: int = 0) -> List[str]:
     """Slurm's compressed host list: 'node[01-03,07],gpu5,rack[1-2]-n[1-2]' ->
     node01 node02 node03 node07 gpu5 rack1-n1 rack1-n2 rack2-n1 rack2-n2."""
+    _too_long(text)
     out: List[str] = []
     for item in _split_top(text):
-        count = 1
-        for group in re.findall(r"\[([^\[\]]*)\]", item):
-            count *= sum(_range_size(r) for r in group.split(","))
-        _too_many(item, count + len(out))
-        out += _expand_brackets(item)
+        out += _expand_brackets(item, already + len(out))
     return out
 
 
-def _range_size(rng: str) -> int:
-    """How many numbers 'N' or 'N-M' stands for (1 for what _expand_brackets refuses)."""
-    a, sep, b = rng.strip().partition("-")
-    if sep and a.isdigit() and b.isdigit() and int(b) >= int(a):
-        return int(b) - int(a) + 1
-    return 1
-
-
-def _expand_brackets(item: str) -> List[str]:
-    m = re.search(r"\[([^\[\]]*)\]", item)
-    if not m:
-        if "[" in item or "]" in item:
-            raise BadInput(_("node list item {item!r} has an unmatched bracket").format(item=item))
-        return [item]
-    head, tail = item[:m.start()], item[m.end():]
-    out: List[str] = []
-    for rng in m.group(1).split(","):
-        rng = rng.strip()
-        if re.fullmatch(r"\d+", rng):
-            nums = [rng]
-        elif re.fullmatch(r"\d+-\d+", rng):
-            a, b = rng.split("-")
-            if int(b) < int(a):
+def _expand_brackets(item: str, already: int = 0) -> List[str]:
+    """One node list item, its [...] groups parsed and sized first, then multiplied."""
+    literals: List[str] = []
+    groups: List[List[Tuple[int, int, int]]] = []  # per group: (first, last, width) ranges
+    pos = 0
+    for m in _BRACKET.finditer(item):
+        literals.append(item[pos:m.start()])
+        pos = m.end()
+        groups.append([])
+        _too_many_ranges(item, len(groups))
+    literals.append(item[pos:])
+    if any("[" in lit or "]" in lit for lit in literals):
+        raise BadInput(_("node list item {item!r} has an unmatched bracket").format(
+            item=_short(item)))
+    count = 1
+    for group, m in zip(groups, _BRACKET.finditer(item)):
+        size = 0
+        for rng in m.group(1).split(","):
+            rng = rng.strip()
+            a, sep, b = rng.partition("-")
+            if not re.fullmatch(r"[0-9]+", a) or (sep and not re.fullmatch(r"[0-9]+", b)):
+                raise BadInput(_("node list range {range!r} in {item!r} is not N or N-M").format(
+                    range=_short(rng), item=_short(item)))
+            first, last = ascii_int(a), ascii_int(b if sep else a)
+            if first is None or last is None:  # numbers of more than 18 digits
+                raise BadInput(_("node list range {range!r} gives more than {max} "
+                                 "hosts").format(range=_short(rng), max=MAX_HOSTS))
+            if last < first:
                 raise BadInput(_("node list range {range!r} counts down").format(range=rng))
-            if int(b) - int(a) + 1 > MAX_HOSTS:
-                raise BadInput(_("node list range {range!r} gives more than {max} hosts").format(
-                    range=rng, max=MAX_HOSTS))
-            width = len(a)
-            nums = [str(i).zfill(width) for i in range(int(a), int(b) + 1)]
-        else:
-            raise BadInput(_("node list range {range!r} in {item!r} is not N or N-M").format(
-                range=rng, item=item))
-        for num in nums:
-            out += _expand_brackets(head + num + tail)
-    return out
+            if last - first + 1 > MAX_HOSTS:
+                raise BadInput(_("node list range {range!r} gives more than {max} "
+                                 "hosts").format(range=rng, max=MAX_HOSTS))
+            group.append((first, last, len(a)))
+            size += last - first + 1
+            _too_many(item, count * size, already)
+        count *= size
+        _too_many(item, count, already)
+    values = [[str(i).zfill(width) for first, last, width in group
+               for i in range(first, last + 1)] for group in groups]
+    return _join(literals, values)
 
 
 def parse_hostfile(text: str) -> Tuple[List[str], List[int]]:
     """OpenMPI ('node1 slots=4 max_slots=8'), MPICH/Hydra ('node1:4') or plain names;
-    '#' comments and blank lines skipped. Returns names and slots (1 when not given)."""
+    '#' comments and blank lines skipped. Returns names and slots (1 when not given). A
+    count that is given but is not a number from 1 to MAX_SLOTS in ASCII digits is refused,
+    naming its line: taking it as 1 would check a job other than the one the file names."""
     names: List[str] = []
     slots: List[int] = []
-    for raw in text.splitlines():
+    for number, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
         fields = line.split()
         name, n = fields[0], 1
+        counts: List[Tuple[str, str]] = []
         if ":" in name and not name.startswith("["):
-            name, _, count = name.partition(":")
-            if count.isdigit():
-                n = int(count)
+            name, _sep, count = name.partition(":")
+            counts.append((fields[0], count))
         for f in fields[1:]:
-            key, _, value = f.partition("=")
-            if key in ("slots", "cpu") and value.isdigit():
-                n = int(value)
+            key, _sep, value = f.partition("=")
+            if key in ("slots", "cpu"):
+                counts.append((f, value))
+        for where, value in counts:
+            got = ascii_int(value)
+            if got is None or not 1 <= got <= MAX_SLOTS:
+                raise BadInput(_("line {line}: the count in {field!r} is not a number from 1 "
+                                 "to {max}").format(line=number, field=_short(where),
+                                                    max=MAX_SLOTS))
+            n = got
         names.append(name)
         slots.append(n)
+        if len(names) > MAX_HOSTS:
+            raise BadInput(_("line {line}: more than {max} hosts").format(
+                line=number, max=MAX_HOSTS))
     return names, slots
 
 
 # --- sources ----------------------------------------------------------------------------
 
+def _named(source: str, exc: BadInput) -> BadInput:
+    """exc's refusal, naming where the value came from (a variable, an option, a field)."""
+    text = str(exc)
+    if text.startswith(source):
+        return exc
+    return BadInput(_("{source}: {error}").format(source=source, error=text), exc.field)
+
+
 def _from_list(text: str) -> List[str]:
+    _too_long(text)
     out: List[str] = []
     for item in _split_top(text.replace(" ", ",")):
-        if "[" in item:
-            out += expand_nodelist(item)
+        if "[" in item or "]" in item:
+            out += expand_nodelist(item, len(out))
         else:
-            out += expand_pattern(item)
-        _too_many(text, len(out))
+            out += expand_pattern(item, len(out))
     return out
 
 
@@ -207,13 +272,14 @@ def _checked(names: Sequence[str], source: str, slots: Sequence[int] = ()) -> Ho
     return Hosts(tuple(checked), source, tuple(slots))
 
 
-def _read_hostfile(path: str, source: str) -> Hosts:
+def _read_hostfile(path: str, what: str, source: str) -> Hosts:
+    """The hostfile at path: what names it in a refusal ("--hostfile", "HOSTFILE"), source
+    in the result and in refusals of its lines."""
+    text = read_text(path, what, HOSTFILE_LIMIT)
     try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise BadInput(_("{source}: cannot read hostfile {path}: {error}").format(
-            source=source, path=path, error=exc.strerror or exc)) from None
-    names, slots = parse_hostfile(text)
+        names, slots = parse_hostfile(text)
+    except BadInput as exc:
+        raise _named(source, exc) from None
     return _checked(names, source, slots)
 
 
@@ -231,13 +297,20 @@ def _volcano(env: Mapping[str, str]) -> Optional[Hosts]:
 
 def _master_world(env: Mapping[str, str]) -> Optional[Hosts]:
     master, size = env.get("MASTER_ADDR", "").strip(), env.get("WORLD_SIZE", "").strip()
-    if not master or not size:
+    if not master and not size:
         return None
     source = "MASTER_ADDR and WORLD_SIZE"
-    if not size.isdigit() or int(size) < 1:
-        raise BadInput(_("{source}: WORLD_SIZE {size!r} is not a positive number").format(
-            source=source, size=size))
-    n = int(size)
+    got = ascii_int(size) if size else 1
+    if got is None or got < 1:
+        raise BadInput(_("WORLD_SIZE {size!r} is not a positive number").format(
+            size=_short(size)))
+    n = got
+    if not master or not size:  # half of the pair: the hosts cannot be told
+        given, missing = ("MASTER_ADDR", "WORLD_SIZE") if master else ("WORLD_SIZE",
+                                                                       "MASTER_ADDR")
+        raise BadInput(_("{given} is set but {missing} is not: together they name the job's "
+                         "hosts; set {missing} too, or give the hosts with --hosts or "
+                         "HOSTS").format(given=given, missing=missing))
     if n > MAX_HOSTS:
         raise BadInput(_("{source}: WORLD_SIZE {n} is more than {max} hosts").format(
             source=source, n=n, max=MAX_HOSTS))
@@ -262,17 +335,24 @@ def _master_world(env: Mapping[str, str]) -> Optional[Hosts]:
 
 
 def from_environment(env: Mapping[str, str]) -> Optional[Hosts]:
-    """The hosts the platform's environment names, or None when it names none."""
-    if env.get("HOSTS", "").strip():
-        return _checked(_from_list(env["HOSTS"]), "HOSTS")
-    if env.get("HOSTFILE", "").strip():
-        return _read_hostfile(env["HOSTFILE"].strip(), f"HOSTFILE={env['HOSTFILE'].strip()}")
-    for var in HOSTFILE_VARS:
-        if env.get(var, "").strip():
-            return _read_hostfile(env[var].strip(), f"{var}={env[var].strip()}")
+    """The hosts the platform's environment names; None only when none of its variables is
+    set (or all are empty). The first one set decides: when it cannot be read, BadInput
+    naming it (never "no hosts", which would verify this instance only)."""
+    def value(var: str) -> str:
+        return env.get(var, "").strip()
+
+    if value("HOSTS"):
+        return hosts_from_text(env["HOSTS"], "HOSTS")
+    for var in ("HOSTFILE", *HOSTFILE_VARS):
+        if value(var):
+            return _read_hostfile(value(var), var, f"{var}={value(var)}")
     for var in SLURM_VARS:
-        if env.get(var, "").strip():
-            return _checked(expand_nodelist(env[var].strip()), var)
+        if value(var):
+            try:
+                names = expand_nodelist(value(var))
+            except BadInput as exc:
+                raise _named(var, exc) from None
+            return _checked(names, var)
     vc = _volcano(env)
     if vc is not None:
         return vc
@@ -282,7 +362,11 @@ def from_environment(env: Mapping[str, str]) -> Optional[Hosts]:
 def hosts_from_text(text: str, source: str) -> Hosts:
     """Hosts typed as a list or patterns ("node1,node2", "job-{0..3}", "node[1-4]"); source
     names where, in the refusals ("--hosts", the wizard's field)."""
-    return _checked(_from_list(text), source)
+    try:
+        names = _from_list(text)
+    except BadInput as exc:
+        raise _named(source, exc) from None
+    return _checked(names, source)
 
 
 def find_hosts(hosts: Optional[str] = None, hostfile: Optional[str] = None,
@@ -293,7 +377,7 @@ def find_hosts(hosts: Optional[str] = None, hostfile: Optional[str] = None,
     if hosts is not None:
         return hosts_from_text(hosts, "--hosts")
     if hostfile is not None:
-        return _read_hostfile(hostfile, f"--hostfile {hostfile}")
+        return _read_hostfile(hostfile, "--hostfile", f"--hostfile {hostfile}")
     found = from_environment(os.environ if env is None else env)
     if found is None:
         raise BadInput(_("no hosts given: use --hosts node1,node2 (or a pattern like "

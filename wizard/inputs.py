@@ -18,7 +18,7 @@ import stat
 import sys
 from typing import Optional
 
-from .i18n import _
+from .i18n import N_, _
 from .validate import BadInput
 
 _ASCII_NUMBER = re.compile(r"[0-9]{1,18}")
@@ -95,13 +95,13 @@ def read_text(path: str, what: str, limit: int, stdin: bool = False) -> str:
     return read_bytes(path, what, limit, stdin).decode("utf-8", "replace")
 
 
+_KINDS = ((stat.S_ISDIR, N_("a directory")), (stat.S_ISFIFO, N_("a FIFO")),
+          (stat.S_ISCHR, N_("a character device")), (stat.S_ISBLK, N_("a block device")),
+          (stat.S_ISSOCK, N_("a socket")))
+
+
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return _(name)
-    return _("not a regular file")
+    return next((_(name) for test, name in _KINDS if test(mode)), _("not a regular file"))
 
 
 def _size(limit: int) -> str:

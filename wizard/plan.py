@@ -15,10 +15,37 @@ from .catalog import Catalog, Preset, Recipe, StepSpec, substitute
 from .choices import Choices
 from .facts import Facts, OsInfo
 from .i18n import N_, _, pick, translations
+from .inputs import ascii_int
 from .validate import BadInput, package_file_name
 
 STATE_DIR = "/var/lib/hpcwizard"  # what a system step must remember for its undo
 _HOME = re.compile(r"^/[A-Za-z0-9._/-]*$")
+
+# A pid file is not trusted: a process is signalled only when it is the sshd the plan
+# configures. Recipes put this function in each text that reads a pid file
+# ({{sshd_pid_function}}); the launch script embeds it too.
+SSHD_PID_FUNCTION = r"""# sshd_pid PIDFILE CONFIG [ADVICE]: the pid in PIDFILE if it is this user's sshd of CONFIG
+# (its -f; none: /etc/ssh/sshd_config); else status 1 (no such process) or 2 (another: said).
+sshd_pid() {
+  local pid='' exe prog cmd f=/etc/ssh/sshd_config what=sshd
+  if [ -f "$1" ]; then pid=$(head -c 20 "$1"); fi
+  [[ $pid =~ ^[0-9]+$ ]] && [ -d "/proc/$pid" ] || return 1
+  exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || exe=''
+  exe=${exe% (deleted)}
+  cmd=" $(tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline") "
+  case $cmd in *" -f "*) f=${cmd##* -f }; f=${f%% *} ;; esac
+  if [ "${exe##*/}" = sshd ] && [ "$(stat -c %u "/proc/$pid" 2>/dev/null)" = "$(id -u)" ] \
+     && [ "$f" = "$2" ]; then
+    echo "$pid"
+    return 0
+  fi
+  prog=${exe##*/}
+  [ -n "$prog" ] || prog=$(cat "/proc/$pid/comm" 2>/dev/null)
+  [ "$prog" != sshd ] || what="the sshd of $2"
+  echo "$1 names pid $pid (${prog:-?}, user $(stat -c %U "/proc/$pid" 2>/dev/null))," \
+    "which is not $what: ${3:-remove the stale pid file or stop that program}" >&2
+  return 2
+}"""
 
 
 @dataclass(frozen=True)
@@ -160,7 +187,7 @@ def _values(choices: Choices, target: Target, facts: Optional[Facts] = None) -> 
     return {"ssh_port": str(choices.ssh_port), "user": target.user, "group": target.group,
             "home": target.home, "peers": choices.peers, "host_key": host_key,
             "ucx_url": choices.ucx_url, "ucx_file": ucx_file, "ucx_sha256": choices.ucx_sha256,
-            "nccl_conf": nccl_conf}
+            "nccl_conf": nccl_conf, "sshd_pid_function": SSHD_PID_FUNCTION}
 
 
 def package_manager(facts: Facts) -> str:
@@ -194,10 +221,11 @@ def apt_lock_timeout() -> int:
     text = os.environ.get("HPCWIZARD_APT_LOCK_TIMEOUT", "").strip()
     if not text:
         return 120
-    if not text.isdigit() or not 0 <= int(text) <= 86400:
+    seconds = ascii_int(text)  # ASCII digits only: int('٢') is 2
+    if seconds is None or not 0 <= seconds <= 86400:
         raise BadInput(_("HPCWIZARD_APT_LOCK_TIMEOUT {value!r} is not a number of seconds "
                          "(0 to 86400)").format(value=text))
-    return int(text)
+    return seconds
 
 
 def install_step(pm: str, wanted: Tuple[str, ...], installed: Optional[Mapping[str, str]],
@@ -327,7 +355,9 @@ _VIRTUAL = ("lo", "docker", "veth", "virbr", "br-", "cni", "flannel", "cali", "t
 
 def version_tuple(text: str) -> Tuple[int, ...]:
     """'525.60.13' -> (525, 60, 13): versions compare as numbers, not as text."""
-    return tuple(int(x) for x in re.findall(r"\d+", text or ""))
+    # ASCII digits, at most 18 at a time: a detected version is outside text (\d takes
+    # other scripts' digits, and int() refuses a number of more than 4300 digits)
+    return tuple(int(x) for x in re.findall(r"[0-9]{1,18}", text or ""))
 
 
 def _driver(facts: Facts) -> str:

@@ -37,11 +37,12 @@ _PACKAGE_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~-]*\.(deb|rpm)$")
 
 
 def port(value: object) -> int:
-    text = str(value).strip()
-    if not text.isdigit():
+    from .inputs import ascii_int  # inputs imports BadInput from here
+
+    number = ascii_int(value)  # ASCII digits: '²²²²'.isdigit() is True, int('٢٢٢٢') is 2222
+    if number is None:
         raise BadInput(_("port {value!r} is not a number: give a TCP port from 1 to 65535")
                        .format(value=value), "port")
-    number = int(text)
     if not 1 <= number <= 65535:
         raise BadInput(_("port {port} is out of range: give a TCP port from 1 to 65535")
                        .format(port=number), "port")
@@ -49,7 +50,7 @@ def port(value: object) -> int:
 
 
 def user_name(value: str) -> str:
-    if not _USER.match(value or ""):
+    if not _USER.fullmatch(value or ""):
         raise BadInput(_(
             "user name {value!r} is not valid: use lower-case letters, digits, '_', '-', '.', "
             "starting with a letter or '_', at most 32 characters").format(value=value), "user")
@@ -58,7 +59,7 @@ def user_name(value: str) -> str:
 
 def host_name(value: str) -> str:
     value = (value or "").strip()
-    if len(value) > 253 or not value or not all(_LABEL.match(p) for p in value.split(".")):
+    if len(value) > 253 or not value or not all(_LABEL.fullmatch(p) for p in value.split(".")):
         raise BadInput(_(
             "host name {value!r} is not valid: use letters, digits, '-' and '.', "
             "no spaces or other characters").format(value=value), "host")
@@ -78,7 +79,7 @@ def host_list(value: str) -> List[str]:
 
 
 def host_pattern(value: str) -> str:
-    if not _PATTERN.match(value or ""):
+    if not _PATTERN.fullmatch(value or ""):
         raise BadInput(_(
             "host pattern {value!r} is not valid: use host-name characters and the wildcards "
             "* and ?, e.g. 'job-*'").format(value=value), "peers")
@@ -86,7 +87,7 @@ def host_pattern(value: str) -> str:
 
 
 def sha256(value: str) -> str:
-    if not _SHA256.match(value or ""):
+    if not _SHA256.fullmatch(value or ""):
         raise BadInput(_("sha256 {value!r} is not 64 hexadecimal digits").format(value=value),
                        "sha256")
     return value.lower()
@@ -94,7 +95,7 @@ def sha256(value: str) -> str:
 
 def url(value: str) -> str:
     text = (value or "").strip()
-    if not _URL.match(text) or len(text) > 2000:
+    if not _URL.fullmatch(text) or len(text) > 2000:
         raise BadInput(_("URL {value!r} is not valid: give an http:// or https:// address "
                          "without spaces or quotes").format(value=value), "url")
     return text
@@ -104,7 +105,7 @@ def package_file_name(value: str) -> str:
     """The .deb/.rpm file a package URL names (its last path segment, query dropped)."""
     path = value.split("#", 1)[0].split("?", 1)[0]
     name = path.rstrip("/").rsplit("/", 1)[-1] if "//" in path and path.count("/") > 2 else ""
-    if not _PACKAGE_FILE.match(name):
+    if not _PACKAGE_FILE.fullmatch(name):
         raise BadInput(_("URL {value!r} does not end in a package file name (something.deb "
                          "or something.rpm)").format(value=value), "url")
     return name

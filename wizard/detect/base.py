@@ -11,7 +11,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from ..inputs import SMALL_FILE_LIMIT, read_bytes
+from ..validate import BadInput
 from .run import Result, run
+
+# procfs tables that grow with the machine (a line per CPU, socket, route or address)
+TABLE_LIMIT = 64 * 1024 * 1024
 
 
 @dataclass
@@ -23,6 +28,9 @@ class Context:
     # The process environment that matters for the machine (Jupyter, Kubernetes). Empty for
     # a foreign sysroot: this process's variables say nothing about that tree.
     env: Mapping[str, str] = field(default_factory=dict)
+    # files that exist but were refused (a FIFO, a device, too large): path -> the reason,
+    # for the probes' notes
+    refused: Dict[str, str] = field(default_factory=dict)
 
     @property
     def local(self) -> bool:
@@ -32,24 +40,26 @@ class Context:
     def path(self, rel: str) -> str:
         return os.path.join(self.sysroot, rel.lstrip("/"))
 
-    def read(self, rel: str) -> Optional[str]:
+    def read(self, rel: str, limit: int = SMALL_FILE_LIMIT) -> Optional[str]:
         """The file's text (stripped of nothing), or None when it cannot be read."""
-        try:
-            with open(self.path(rel), encoding="utf-8", errors="replace") as fh:
-                return fh.read()
-        except (OSError, ValueError):
-            return None
+        data = self.read_bytes(rel, limit)
+        return None if data is None else data.decode("utf-8", "replace")
 
     def read_value(self, rel: str) -> Optional[str]:
         """A one-value sysfs/procfs file, stripped; None when missing or unreadable."""
         text = self.read(rel)
         return None if text is None else text.strip()
 
-    def read_bytes(self, rel: str) -> Optional[bytes]:
+    def read_bytes(self, rel: str, limit: int = SMALL_FILE_LIMIT) -> Optional[bytes]:
+        """The bytes of a regular file, at most limit of them; None when it is missing or
+        cannot be read. A FIFO or a device (a sysroot's etc/os-release can be anything) is
+        refused without blocking (hpcwizard.inputs), and why is kept in `refused`."""
+        path = self.path(rel)
         try:
-            with open(self.path(rel), "rb") as fh:
-                return fh.read()
-        except OSError:
+            return read_bytes(path, "file", limit)
+        except BadInput as exc:
+            if os.path.lexists(path):
+                self.refused[rel] = str(exc)
             return None
 
     def exists(self, rel: str) -> bool:

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import List, Optional, Tuple
 
 from ..facts import Gpu
+from ..inputs import ascii_int
 from .base import Context, Found
 
 QUERY = [
@@ -23,7 +24,7 @@ QUERY = [
 
 
 def _int(text: str) -> Optional[int]:
-    m = re.match(r"\s*(\d+)", text or "")
+    m = re.match(r"\s*([0-9]{1,18})", text or "")
     return int(m.group(1)) if m else None
 
 
@@ -31,11 +32,12 @@ def parse_nvidia_smi_csv(text: str) -> Tuple[Gpu, ...]:
     """'0, NVIDIA H100 80GB HBM3, 81559, 590.48.01' lines -> GPUs ('[N/A]' -> unknown)."""
     gpus: List[Gpu] = []
     for row in csv.reader(io.StringIO(text), skipinitialspace=True):
-        if len(row) < 2 or not row[0].strip().isdigit():
+        index = ascii_int(row[0]) if len(row) >= 2 else None  # '²'.isdigit() is True
+        if index is None:
             continue
         row = [c.strip() for c in row] + ["", ""]
         driver = row[3] if not row[3].startswith("[") else ""
-        gpus.append(Gpu(index=int(row[0]), name=row[1], memory_mib=_int(row[2]), driver=driver))
+        gpus.append(Gpu(index=index, name=row[1], memory_mib=_int(row[2]), driver=driver))
     return tuple(gpus)
 
 
@@ -59,7 +61,7 @@ def parse_proc_driver_version(text: str) -> str:
 def parse_proc_gpu_information(text: str) -> Tuple[str, Optional[int]]:
     """/proc/driver/nvidia/gpus/<bus>/information -> (model, device minor)."""
     model = re.search(r"^Model:\s*(.+?)\s*$", text, flags=re.MULTILINE)
-    minor = re.search(r"^Device Minor:\s*(\d+)", text, flags=re.MULTILINE)
+    minor = re.search(r"^Device Minor:\s*([0-9]{1,18})", text, flags=re.MULTILINE)
     return (model.group(1) if model else "unknown", int(minor.group(1)) if minor else None)
 
 

@@ -5,7 +5,7 @@ import os
 import re
 from typing import Optional
 
-from .base import Context, Found
+from .base import TABLE_LIMIT, Context, Found
 
 
 def parse_cpuinfo(text: str) -> Optional[int]:
@@ -16,7 +16,7 @@ def parse_cpuinfo(text: str) -> Optional[int]:
 
 def parse_meminfo(text: str) -> Optional[int]:
     """MemTotal of /proc/meminfo, in MiB."""
-    m = re.search(r"^MemTotal:\s+(\d+)\s*kB", text, flags=re.MULTILINE)
+    m = re.search(r"^MemTotal:\s+([0-9]{1,18})\s*kB", text, flags=re.MULTILINE)
     return int(m.group(1)) // 1024 if m else None
 
 
@@ -25,7 +25,7 @@ def probe(ctx: Context, found: Found) -> None:
     if ctx.local and hasattr(os, "sched_getaffinity"):
         cpus = len(os.sched_getaffinity(0))  # what this process may use, not what the host has
     if cpus is None:
-        text = ctx.read("proc/cpuinfo")
+        text = ctx.read("proc/cpuinfo", TABLE_LIMIT)
         cpus = parse_cpuinfo(text) if text else None
     if cpus is None:
         found.note("Could not count the CPUs (no /proc/cpuinfo).")

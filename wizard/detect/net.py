@@ -13,7 +13,7 @@ import struct
 from typing import Dict, List, Optional, Tuple
 
 from ..facts import Iface
-from .base import Context, Found
+from .base import TABLE_LIMIT, Context, Found
 
 
 def parse_ip_json(text: str) -> Tuple[Iface, ...]:
@@ -90,7 +90,7 @@ def _ipv4_of(name: str) -> Optional[str]:
 
 
 def from_sysfs(ctx: Context) -> Tuple[Iface, ...]:
-    v6 = parse_if_inet6(ctx.read("proc/net/if_inet6") or "")
+    v6 = parse_if_inet6(ctx.read("proc/net/if_inet6", TABLE_LIMIT) or "")
     out = []
     for name in ctx.listdir("sys/class/net"):
         if name.startswith(".") or name == "bonding_masters":
@@ -114,7 +114,7 @@ def from_sysfs(ctx: Context) -> Tuple[Iface, ...]:
 
 
 def probe(ctx: Context, found: Found) -> None:
-    route = ctx.read("proc/net/route")
+    route = ctx.read("proc/net/route", TABLE_LIMIT)
     if route is not None:
         found.set("default_iface", parse_proc_net_route(route))
     if ctx.run_commands:

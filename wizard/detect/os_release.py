@@ -123,7 +123,7 @@ def package_manager_of(
 
 
 def _major(version_id: str) -> Optional[int]:
-    m = re.match(r"\s*[vV]?(\d+)", version_id or "")
+    m = re.match(r"\s*[vV]?([0-9]{1,18})", version_id or "")
     return int(m.group(1)) if m else None
 
 
@@ -158,10 +158,17 @@ def probe(ctx: Context, found: Found) -> None:
         if text is not None:
             break
     pms = installed_package_managers(ctx)
-    if text is None:
-        found.note("No /etc/os-release or /usr/lib/os-release: the distribution is unknown.")
+    refused = [ctx.refused[rel] for rel in ("etc/os-release", "usr/lib/os-release")
+               if rel in ctx.refused]
+    if text is None and refused:
+        found.note(f"{'; '.join(refused)}: the distribution is unknown.")
         fields: Dict[str, str] = {}
+    elif text is None:
+        found.note("No /etc/os-release or /usr/lib/os-release: the distribution is unknown.")
+        fields = {}
     else:
+        if refused:  # etc/os-release refused, usr/lib/os-release read
+            found.note(f"{refused[0]}: read /usr/lib/os-release instead.")
         fields = parse_os_release(text)
     info = os_info_from(fields, pms)
     if info.family == "unknown":

@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..facts import Hca, Port, Rdma
+from ..inputs import ascii_int
 from .base import Context, Found
 
 SOFTWARE_PREFIXES = {"rxe": "rdma_rxe", "siw": "siw"}
@@ -74,9 +75,9 @@ def parse_ibv_devinfo(text: str) -> Tuple[Hca, ...]:
             cur = {"name": value, "ports": []}
         elif cur is None:
             continue
-        elif key == "port" and value.isdigit():
+        elif key == "port" and ascii_int(value) is not None:
             close_port()
-            port = {"number": int(value)}
+            port = {"number": ascii_int(value)}
         elif port is not None and key == "state":
             port["state"] = parse_state(value)
         elif port is not None and key == "phys_state":
@@ -94,8 +95,9 @@ def parse_ulimit_l(text: str) -> Tuple[Optional[int], bool]:
     word = (text or "").strip().split()[0:1]
     if word == ["unlimited"]:
         return None, True
-    if word and word[0].isdigit():
-        return int(word[0]), False
+    kib = ascii_int(word[0]) if word else None  # '²'.isdigit() is True; int('²') fails
+    if kib is not None:
+        return kib, False
     raise ValueError(f"unexpected `ulimit -l` output: {text.strip()!r}")
 
 
@@ -128,9 +130,10 @@ def read_hcas(ctx: Context) -> Tuple[Hca, ...]:
         base = f"sys/class/infiniband/{name}"
         ports = []
         for pn in ctx.listdir(f"{base}/ports"):
-            if not pn.isdigit():
+            got = ascii_int(pn)
+            if got is None:
                 continue
-            n = int(pn)
+            n = got
             pb = f"{base}/ports/{pn}"
             ports.append(Port(
                 hca=name,

@@ -9,7 +9,7 @@ import json
 import re
 from typing import Dict, List, Tuple
 
-from .base import Context, Found
+from .base import TABLE_LIMIT, Context, Found
 
 SSHD_PLACES = ("usr/sbin/sshd", "usr/local/sbin/sshd", "sbin/sshd", "usr/bin/sshd")
 
@@ -172,7 +172,8 @@ def find_sshd(ctx: Context) -> str:
 
 def probe_ssh(ctx: Context, found: Found) -> None:
     """ssh client version, sshd path and version, and whether anything listens on ctx.ssh_port."""
-    tcp_texts = [t for t in (ctx.read("proc/net/tcp"), ctx.read("proc/net/tcp6")) if t is not None]
+    tcp_texts = [t for t in (ctx.read("proc/net/tcp", TABLE_LIMIT),
+                             ctx.read("proc/net/tcp6", TABLE_LIMIT)) if t is not None]
     if tcp_texts:
         found.set(
             "software.ssh_port_listening",
