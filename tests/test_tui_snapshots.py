@@ -38,6 +38,15 @@ def _fixed_group(monkeypatch):
     monkeypatch.setattr(plan, "_group_name", lambda gid: "root" if gid == 0 else "alice")
 
 
+@pytest.fixture(autouse=True)
+def _fresh_record_path():
+    """A record is never written over one that is there (the wizard would pick
+    snapshot-2.toml, and the path is on screen): remove the last test's record first."""
+    for name in ("snapshot.toml", "snapshot.log"):
+        (STATE / "records" / name).unlink(missing_ok=True)
+    yield
+
+
 @pytest.fixture(autouse=True, params=["en", "zh"])
 def lang(request):
     i18n.set_language(request.param)

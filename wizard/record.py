@@ -3,12 +3,22 @@ signal leaves a true one, and a full log beside it. Both readable by their owner
 
 A record holds the exact commands that ran and their undo, so `undo` and `replay` need
 nothing else. It never holds key material: only paths and commands.
+
+A record is code, so it is trusted only when provably ours (`Record.load`, the one way to
+read one): a regular file owned by the user running hpcwizard, writable by nobody else, in
+directories nobody else can change; read with the bounded reader, and every field checked.
+A record is never written over a file: its first save creates it (a link, which fails if
+anything is there), later saves replace that file, found through its real path.
 """
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import os
+import pwd
+import shlex
 import socket
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -18,13 +28,21 @@ import tomli_w
 from . import __version__
 from .compat import tomllib
 from .i18n import _
-from .validate import BadInput
+from .inputs import RECORD_LIMIT, read_bytes
+from .validate import BadInput, user_name
 
 SCHEMA = 1
 # skipped: its check passed, nothing to do; user-skipped: it failed (or was stopped) and the
 # user went on without it, so it may be partly done
 STATUSES = ("pending", "running", "done", "skipped", "user-skipped", "failed", "interrupted",
             "undone", "undo-failed")
+# A record is a few tables deep (steps -> step -> packages); deeper is not one of ours, and
+# tomllib (recursive) or tomli-w would raise RecursionError on it.
+MAX_DEPTH = 16
+
+
+class RecordExists(BadInput):
+    """A new record's path is taken (a file, a link, another run's record): never replaced."""
 
 
 def state_dir() -> Path:
@@ -42,9 +60,11 @@ def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).astimezone().isoformat(timespec="seconds")
 
 
-def write_private(path: Path, data: bytes, mode: int = 0o600) -> None:
+def write_private(path: Path, data: bytes, mode: int = 0o600, exclusive: bool = False) -> None:
     """Write data to path atomically (temporary file, fsync, rename), mode 0600 (or `mode`,
-    set on the temporary file before the rename: never a chmod of a path after it)."""
+    set on the temporary file before the rename: never a chmod of a path after it).
+    exclusive: create path, never replace what is there (a file or a symlink): the temporary
+    file is linked to path, which fails with FileExistsError if anything is at path."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
     try:
@@ -53,7 +73,11 @@ def write_private(path: Path, data: bytes, mode: int = 0o600) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        if exclusive:
+            _link_new(tmp, path, data, mode)
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, path)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -62,29 +86,260 @@ def write_private(path: Path, data: bytes, mode: int = 0o600) -> None:
         raise
 
 
+def _link_new(tmp: str, path: Path, data: bytes, mode: int) -> None:
+    try:
+        os.link(tmp, path)  # does not follow a symlink at path: EEXIST
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
+            raise
+        # a file system without hard links: create it exclusively (not atomic, but it is
+        # never a file that was there before)
+        fd = os.open(str(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+def _taken(path: Path) -> bool:
+    """A record's path is taken if it or its log exists (a dangling symlink included)."""
+    return os.path.lexists(path) or os.path.lexists(path.with_suffix(".log"))
+
+
+def _free(path: Path) -> Path:
+    """path, or NAME-2.toml, NAME-3.toml, ... beside it: the first whose record and log are
+    both free."""
+    for n in range(1, 1000):
+        candidate = path if n == 1 else path.with_name(f"{path.stem}-{n}{path.suffix}")
+        if not _taken(candidate):
+            return candidate
+    raise RecordExists(_("no free record name beside {path}: remove old records").format(
+        path=path))
+
+
 def default_path(plan: Any, base: Optional[Path] = None, name: str = "") -> Path:
     """Where a run's record goes: BASE/records/NAME, by default the state directory and
-    YYYYmmdd-HHMMSS-FRAMEWORK-NETWORK.toml."""
+    YYYYmmdd-HHMMSS-FRAMEWORK-NETWORK.toml; if that is taken (a run in the same second),
+    NAME-2.toml and so on."""
+    return _free(_default_name(plan, base, name))
+
+
+def _default_name(plan: Any, base: Optional[Path], name: str) -> Path:
     c = plan.choices
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return (Path(base) if base is not None else state_dir()) / "records" / (
-        name or f"{stamp}-{c.framework}-{c.network}.toml")
+    return Path(os.path.abspath((Path(base) if base is not None else state_dir()) / "records"
+                                / (name or f"{stamp}-{c.framework}-{c.network}.toml")))
+
+
+def new_record_path(path: Path) -> Path:
+    """A record path the user gave (--record FILE), checked before anything runs: nothing
+    may be there (nor at its log, FILE with .log), and its directory must be one only this
+    user (or root) can change, else the record could not be trusted later."""
+    path = Path(os.path.abspath(path))
+    if path.suffix == ".log":
+        raise BadInput(_("record {path}: its log would be the same file; give a name that "
+                         "does not end in .log, e.g. {name}").format(
+            path=path, name=path.with_suffix(".toml").name))
+    for taken in (path, path.with_suffix(".log")):
+        if os.path.lexists(taken):
+            raise RecordExists(_exists_message(path, taken))
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent  # write_private creates the rest, 0700
+    problem = _directory_problem(os.path.realpath(parent), os.geteuid())
+    if problem:
+        raise BadInput(_("record {path} cannot go there: {problem}; give a path in a "
+                         "directory only you can change").format(path=path, problem=problem))
+    return path
+
+
+def _exists_message(path: Path, taken: Path) -> str:
+    return _("{taken} already exists: hpcwizard never writes a record over a file (yours, or "
+             "another run's record and its undo steps); give a new name with --record, or "
+             "leave --record out").format(taken=taken)
+
+
+# --- trust ---------------------------------------------------------------------------------
+
+def _user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, OverflowError):
+        return ""
+
+
+def _owner(uid: int) -> str:
+    name = _user(uid)
+    return f"{name} (uid {uid})" if name else f"uid {uid}"
+
+
+def _directory_problem(directory: str, euid: int) -> str:
+    """Why a file in `directory` could be replaced by someone else, or "": the directory and
+    each one above it must belong to this user or root and be writable by nobody else
+    (a sticky directory such as /tmp may be: there only an entry's owner can replace it)."""
+    current = directory
+    while True:
+        try:
+            st = os.stat(current)
+        except OSError as exc:
+            return _("directory {dir} cannot be checked: {error}").format(
+                dir=current, error=exc.strerror or exc)
+        if st.st_uid not in (euid, 0):
+            return _("directory {dir} is owned by {owner}, who can replace what is in "
+                     "it").format(dir=current, owner=_owner(st.st_uid))
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+            return _("directory {dir} can be changed by {who} (mode {mode:04o}, not "
+                     "sticky)").format(dir=current, mode=stat.S_IMODE(st.st_mode),
+                                       who=_("others") if st.st_mode & stat.S_IWOTH
+                                       else _("its group"))
+        parent = os.path.dirname(current)
+        if parent == current:
+            return ""
+        current = parent
+
+
+def trusted_path(path: Path, use: str = "", update: bool = False) -> str:
+    """The real path (symlinks resolved) of a record that may be run: a regular file owned by
+    the effective user (root: by root), writable by nobody else, in directories nobody else
+    can change. Otherwise BadInput, one line naming the file, its owner and what to do.
+    use: the command ("undo", "replay", "verify --record"), for that line; update: the
+    record will be rewritten, so its directory must be writable."""
+    real = os.path.realpath(path)
+    try:
+        st: Optional[os.stat_result] = os.lstat(real)
+    except OSError:
+        st = None
+    if st is None or not stat.S_ISREG(st.st_mode):
+        read_bytes(real, _("record"), RECORD_LIMIT)  # raises: missing, a FIFO, a device, ...
+        raise BadInput(_("record {path} cannot be read: it changed while checked").format(
+            path=real))
+    shown = real if real == os.path.abspath(path) else f"{path} (-> {real})"
+    euid = os.geteuid()
+    program = f"hpcwizard {use}" if use else "hpcwizard"
+    command = f"{program} {shlex.quote(real)}"
+    if st.st_uid != euid:
+        owner = _user(st.st_uid)
+        raise BadInput(_(
+            "record {path} is owned by {owner}, not by you ({you}): a record runs commands, "
+            "so only its owner's hpcwizard runs it; run '{command}' as {who}").format(
+            path=shown, owner=_owner(st.st_uid), you=_user(euid) or f"uid {euid}",
+            command=command, who=owner or _("the user with uid {uid}").format(uid=st.st_uid)))
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise BadInput(_(
+            "record {path} can be changed by {who} (mode {mode:04o}): a record runs commands, "
+            "so hpcwizard runs only one that nobody else can change; if its commands are "
+            "yours, run 'chmod go-w {quoted}' first").format(
+            path=shown, mode=stat.S_IMODE(st.st_mode), quoted=shlex.quote(real),
+            who=_("others") if st.st_mode & stat.S_IWOTH else _("its group")))
+    problem = _directory_problem(os.path.dirname(real), euid)
+    if problem:
+        raise BadInput(_(
+            "record {path} could have been replaced: {problem}; a record runs commands, so "
+            "check its commands, move it into a directory only you can change and give it "
+            "to '{program}' there").format(path=shown, problem=problem, program=program))
+    if update and not os.access(os.path.dirname(real), os.W_OK):
+        raise BadInput(_("record {path} cannot be updated: you cannot write to its directory "
+                         "{dir}").format(path=shown, dir=os.path.dirname(real)))
+    return real
+
+
+# --- structure -----------------------------------------------------------------------------
+
+def _kind(value: Any) -> str:
+    for t, name in ((bool, _("true/false")), (int, _("a number")), (float, _("a number")),
+                    (str, _("text")), (list, _("a list")), (dict, _("a table"))):
+        if isinstance(value, t):
+            return name
+    return _("a date or time")
+
+
+def _too_deep(data: Any) -> bool:
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return True
+        children = value.values() if isinstance(value, dict) else \
+            value if isinstance(value, list) else ()
+        stack.extend((child, depth + 1) for child in children
+                     if isinstance(child, (dict, list)))
+    return False
+
+
+def _check_fields(path: Path, data: Dict[str, Any]) -> None:
+    """Every field hpcwizard reads or runs is of its kind: one line naming the field."""
+    def bad(name: str, value: Any, want: str) -> BadInput:
+        got = repr(value[:40]) + ("..." if len(value) > 40 else "") \
+            if isinstance(value, str) else _kind(value)
+        return BadInput(_("record {path}: {field} is {got}, not {want}: it was edited or is "
+                          "not an hpcwizard record").format(
+            path=path, field=name, got=got, want=want))
+
+    def text(name: str, value: Any, allowed: tuple = (), empty: bool = True) -> None:
+        if not isinstance(value, str) or (allowed and value not in allowed) \
+                or (not empty and not value.strip()):
+            raise bad(name, value, " | ".join(allowed) if allowed else
+                      _("text") if empty else _("non-empty text"))
+
+    for key in ("status", "log"):
+        if key in data:
+            text(key, data[key], ("",) + STATUSES if key == "status" else (),
+                 empty=key == "status")
+    target = data["target"]
+    for key in ("user", "uid", "home"):
+        if key not in target:
+            raise BadInput(_("record {path}: [target] has no {field}: it was edited or is "
+                             "not an hpcwizard record").format(path=path, field=key))
+    try:
+        user = target["user"]
+        if not isinstance(user, str) or user != user.strip():
+            raise BadInput(_("user name {value!r} is not valid").format(value=user))
+        user_name(user)
+    except BadInput as exc:
+        raise BadInput(_("record {path}: [target] user: {error}").format(
+            path=path, error=exc)) from None
+    uid = target["uid"]
+    if not isinstance(uid, int) or isinstance(uid, bool) or uid < 0:
+        raise bad("[target] uid", uid, _("a user id (a number from 0)"))
+    text("[target] home", target["home"])
+    for i, step in enumerate(data["steps"], 1):
+        name = f"step {i}"
+        text(f"{name} id", step["id"], empty=False)
+        if not step["id"].isprintable():
+            raise bad(f"{name} id", step["id"], _("printable text"))
+        name = f"step {i} ({step['id']})"
+        text(f"{name} status", step["status"], STATUSES)
+        text(f"{name} as", step["as"], ("root", "user"))
+        for key in ("run", "undo", "check", "title", "note"):
+            if key in step:
+                text(f"{name} {key}", step[key])
 
 
 class Record:
     """The record of one apply (or undo) run; `data` is exactly what the TOML file holds."""
 
-    def __init__(self, path: Path, data: Dict[str, Any]):
-        self.path = Path(path)
+    def __init__(self, path: Path, data: Dict[str, Any], new: bool = False, auto: bool = False):
+        self.path = Path(path)  # a loaded record: its real path (a symlink to it stays one)
         self.data = data
         self.log_error = ""  # why the log could not be written, if it could not
+        # new: not on disk yet; its first save creates the file, never replaces one (nor does
+        # its first log line). auto: a default name, so a taken one is replaced by a free one.
+        self._new = self._new_log = new
+        self._auto = auto
+        self._wanted = self.path  # auto: the default name that NAME-2, NAME-3 ... stand in for
 
     # --- creation and loading -------------------------------------------------------------
 
     @classmethod
-    def new(cls, plan: Any, facts: Any, path: Optional[Path] = None) -> "Record":
+    def new(cls, plan: Any, facts: Any, path: Optional[Path] = None,
+            base: Optional[Path] = None, name: str = "") -> "Record":
+        """A record of a run about to start, not yet on disk. path: where it goes (give one
+        checked with new_record_path); else a free default name (default_path(plan, base,
+        name)), another one if a run takes it before this one's first save."""
         c = plan.choices
-        path = Path(path) if path is not None else default_path(plan)
+        auto = path is None
+        wanted = _default_name(plan, base, name) if auto else Path(os.path.abspath(path))
+        path = _free(wanted) if auto else wanted
         data: Dict[str, Any] = {
             "schema": SCHEMA,
             "tool": f"hpcwizard {__version__}",
@@ -100,25 +355,29 @@ class Record:
             "steps": [dict(s.to_dict(), status="pending", started="", ended="", exit_code=-1,
                            seconds=0.0, diagnosis="") for s in plan.steps],
         }
-        return cls(path, data)
+        record = cls(path, data, new=True, auto=auto)
+        record._wanted = wanted
+        return record
 
     @classmethod
-    def load(cls, path: Path) -> "Record":
-        path = Path(path)
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            raise BadInput(_("record {path} does not exist").format(path=path)) from None
-        except OSError as exc:
-            raise BadInput(_("record {path} cannot be read: {error}").format(
-                path=path, error=exc.strerror)) from None
+    def load(cls, path: Path, use: str = "", update: bool = False) -> "Record":
+        """The one way to read a record (undo, replay, verify --record): trusted only when
+        provably ours (trusted_path), read with the bounded reader, every field checked.
+        use: the command, named in a refusal; update: it will be rewritten."""
+        path = Path(trusted_path(Path(path), use, update))
+        raw = read_bytes(str(path), _("record"), RECORD_LIMIT)
         try:
             data = tomllib.loads(raw.decode("utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise BadInput(_("record {path} is not a valid TOML file: {error}").format(
-                path=path, error=exc)) from None
+                path=path, error=str(exc).splitlines()[0] if str(exc) else exc)) from None
+        except RecursionError:
+            data = None
+        if data is None or _too_deep(data):
+            raise BadInput(_("record {path} is nested too deep (more than {n} levels): it is "
+                             "not an hpcwizard record").format(path=path, n=MAX_DEPTH))
         schema = data.get("schema")
-        if not isinstance(schema, int):
+        if not isinstance(schema, int) or isinstance(schema, bool):
             raise BadInput(_("record {path} has no schema version: it is not an hpcwizard "
                              "record").format(path=path))
         if schema > SCHEMA:
@@ -132,6 +391,7 @@ class Record:
                            for s in steps):
             raise BadInput(_("record {path} is incomplete (truncated or edited): missing "
                              "steps, choices or target").format(path=path))
+        _check_fields(path, data)
         # An older record may lack what newer ones carry: the defaults stand in.
         data.setdefault("log", str(path.with_suffix(".log")))
         data.setdefault("status", "")
@@ -166,14 +426,34 @@ class Record:
         self.save()
 
     def save(self) -> None:
-        write_private(self.path, tomli_w.dumps(self.data).encode("utf-8"))
+        """Write the record. The first save of a new one creates its file and never replaces
+        anything there (RecordExists; a default name moves on to a free one); later saves
+        replace that file."""
+        if not self._new:
+            write_private(self.path, tomli_w.dumps(self.data).encode("utf-8"))
+            return
+        while True:
+            try:
+                write_private(self.path, tomli_w.dumps(self.data).encode("utf-8"),
+                              exclusive=True)
+                break
+            except FileExistsError:
+                if not self._auto:
+                    raise RecordExists(_exists_message(self.path, self.path)) from None
+                self.path = _free(self._wanted)
+                self.data["log"] = str(self.path.with_suffix(".log"))
+        self._new = False
 
     def log(self, text: str) -> None:
-        """Append to the log beside the record (created 0600)."""
+        """Append to the log beside the record (created 0600; a new record's log is created,
+        never appended to a file that was there; a symlink is never followed)."""
         path = self.log_path
+        flags = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NOCTTY
+                 | os.O_NONBLOCK)  # a FIFO there: an error, not a hang
         try:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(str(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            fd = os.open(str(path), flags | (os.O_EXCL if self._new_log else 0), 0o600)
+            self._new_log = False
             with os.fdopen(fd, "a", encoding="utf-8") as fh:
                 fh.write(text if text.endswith("\n") else text + "\n")
         except OSError as exc:
