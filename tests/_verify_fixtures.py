@@ -24,7 +24,7 @@ class FakeSystem(System):
     def user(self):
         return "root"
 
-    def write_temp(self, name, text, mode=0o644):
+    def write_temp(self, name, text, mode=0o600, owner=None):
         return f"/tmp/fake/{name}"
 
     def run(self, argv, timeout=10.0, env=None, stdin=None):

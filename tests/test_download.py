@@ -192,3 +192,40 @@ def test_module_command_line_as_the_recipe_runs_it(server, tmp_path):
     res = subprocess.run([sys.executable, "-m", "hpcwizard.download", "ftp://x/y.deb", str(dest)],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and res.stderr.count("\n") == 1
+
+
+# --- issue 13: nothing planted beside the file is written through --------------------------
+
+@pytest.fixture
+def victim(tmp_path):
+    v = tmp_path / "root-only"
+    v.write_bytes(b"secret\n")
+    v.chmod(0o600)
+    return v
+
+
+def test_a_planted_part_link_is_refused_not_written_through(server, tmp_path, victim):
+    dest = tmp_path / "ucx.deb"
+    (tmp_path / "ucx.deb.part").symlink_to(victim)
+    with pytest.raises(DownloadError, match=r"ucx\.deb\.part is not a file of this user's"):
+        download(server.url(), str(dest), SHA)
+    assert victim.read_bytes() == b"secret\n" and (victim.stat().st_mode & 0o777) == 0o600
+    assert server.requests == [] and not dest.exists()
+
+
+def test_a_part_with_a_second_name_is_refused(server, tmp_path, victim):
+    dest = tmp_path / "ucx.deb"
+    os.link(victim, tmp_path / "ucx.deb.part")  # a hard link: the same file under our name
+    with pytest.raises(DownloadError):
+        download(server.url(), str(dest), SHA)
+    assert victim.read_bytes() == b"secret\n"
+
+
+def test_the_sha256_file_replaces_a_planted_link(server, tmp_path, victim):
+    dest = tmp_path / "ucx.deb"
+    (tmp_path / "ucx.deb.sha256").symlink_to(victim)
+    assert download(server.url(), str(dest), SHA) == SHA
+    side = tmp_path / "ucx.deb.sha256"
+    assert not side.is_symlink() and side.read_text() == f"{SHA}  ucx.deb\n"
+    assert victim.read_bytes() == b"secret\n"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []

@@ -117,10 +117,14 @@ def test_mpi_worker_waits_for_the_end(tmp_path):
     proc = subprocess.Popen(["bash", str(f), "--", "hostname"], env=env,
                             stderr=subprocess.PIPE, text=True)
     marker = fk["home"] / ".hpcwizard/launch/done.node02"
-    import time
-    time.sleep(1.5)
+    seen = []
+    for line in proc.stderr:  # the state, not the clock: the worker says it is waiting
+        seen.append(line)
+        if "to run the job" in line:
+            break
     marker.write_text("3\n")
     _, err = proc.communicate(timeout=10)
+    err = "".join(seen) + err
     assert proc.returncode == 3, err
     assert "mpirun" not in (fk["log"].read_text() if fk["log"].exists() else "")
 
@@ -171,3 +175,15 @@ def test_unreachable_peer_bounded(tmp_path):
     env = {**fk["env"], "HOSTS": "a,ghost", "WAIT_TRIES": "2"}
     r = _run(tmp_path, launch_script(plan("mpi", "tcp")), env, ["--", "hostname"])
     assert r.returncode == 2 and "ghost" in r.stderr and "try 1 of 2" in r.stderr
+
+
+@pytest.mark.parametrize("var", ["SLOTS", "NP", "WAIT_TRIES", "WORKER_TIMEOUT", "NPROC_PER_NODE"])
+def test_numbers_from_the_environment_never_reach_arithmetic(tmp_path, var):
+    """bash arithmetic evaluates a[$(...)]: a value that is not plain digits stops the script."""
+    fk = _fakes(tmp_path, "node01", HOSTS)
+    pwned = tmp_path / "pwned"
+    for value in (f"a[$(touch {pwned})]", "²", "1e3"):
+        env = {**fk["env"], "HOSTS": "node01", var: value}
+        r = _run(tmp_path, launch_script(plan("mpi", "tcp")), env, ["--", "hostname"])
+        assert r.returncode == 2 and f"{var}=" in r.stderr and "not a number" in r.stderr, r.stderr
+        assert not pwned.exists()

@@ -88,7 +88,8 @@ def test_plan_matrix(users, os_key, who, target):
         assert "/etc/ssh/sshd_config.d/50-hpcwizard.conf" in cfg.run
         assert "sshd -t" in cfg.run
         assert steps["ssh/sshd-start"].as_ == "root"
-        assert "-f " not in steps["ssh/sshd-start"].run
+        assert "sshd -f" not in steps["ssh/sshd-start"].run  # the system configuration
+        assert ".sshd_config" not in steps["ssh/sshd-start"].run
     else:
         assert home.startswith("/home/")
         assert steps["ssh/host-keys"].as_ == "user"

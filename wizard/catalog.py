@@ -13,7 +13,8 @@ from .compat import tomllib
 
 # The values a recipe may use; plan.py supplies each, already validated.
 PLACEHOLDERS = frozenset({"ssh_port", "user", "group", "home", "peers", "host_key",
-                          "ucx_url", "ucx_file", "ucx_sha256", "nccl_conf"})
+                          "ucx_url", "ucx_file", "ucx_sha256", "nccl_conf",
+                          "sshd_pid_function"})
 # The facts and choices a step may depend on; plan.py evaluates each.
 CONDITIONS = frozenset({
     "target_root", "target_user", "host_keys_pinned", "host_keys_off",

@@ -4,8 +4,10 @@ checking the sha256 when one is given. The sha256 is always recorded, beside the
 (FILE.sha256) and in the output, so that a record says exactly what was installed.
 
 The bytes go to FILE.part first and are renamed to FILE only when complete and checked; a
-file whose sha256 is wrong is removed. A failure is one line (DownloadError), e.g.
-"download failed: https://host/ucx.deb: HTTP 404 Not Found".
+file whose sha256 is wrong is removed. FILE.part is resumed only when it is a regular file of
+the user downloading (never through a link, never another user's file), and FILE.sha256 is
+written beside FILE as a new file renamed into place. A failure is one line
+(DownloadError), e.g. "download failed: https://host/ucx.deb: HTTP 404 Not Found".
 
     python3 -m hpcwizard.download URL FILE [--sha256 HEX]
 
@@ -16,7 +18,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import stat
 import sys
+import tempfile
 import time
 from typing import Callable, Optional, TextIO
 
@@ -35,9 +39,61 @@ class DownloadError(Exception):
 Progress = Callable[[int, Optional[int]], None]  # (bytes so far, total or None)
 
 
+_NOFOLLOW = os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+def _part_size(part: str) -> int:
+    """Bytes in FILE.part from an earlier run (0: none). Only a regular file of ours, with
+    one name, is resumed; anything else at that name is refused, not written through."""
+    try:
+        st = os.lstat(part)
+    except FileNotFoundError:
+        return 0
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:
+        raise DownloadError(f"download failed: {part} is not a file of this user's earlier "
+                            "download (a link, or another user's file): remove it")
+    return st.st_size
+
+
+def _open_part(part: str, append: bool) -> int:
+    """FILE.part for writing, checked (as _part_size) before a byte is written or cut."""
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | _NOFOLLOW, 0o644)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:
+            raise DownloadError(f"download failed: {part} is not a file of this user's "
+                                "earlier download (a link, or another user's file): remove it")
+        if append:
+            os.lseek(fd, 0, os.SEEK_END)
+        else:
+            os.ftruncate(fd, 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _write_beside(path: str, text: str) -> None:
+    """path written as a new file beside it (mkstemp), then renamed over it: whatever was at
+    path (a link) is replaced, never written through."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.",
+                               dir=os.path.dirname(path) or ".")
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "w", encoding="ascii") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
 def _hash_file(path: str, h: "hashlib._Hash") -> int:
     size = 0
-    with open(path, "rb") as fh:
+    with os.fdopen(os.open(path, os.O_RDONLY | _NOFOLLOW), "rb") as fh:
         for block in iter(lambda: fh.read(CHUNK), b""):
             h.update(block)
             size += len(block)
@@ -69,7 +125,7 @@ def download(url: str, dest: str, sha256: str = "", *, timeout: float = READ_TIM
     total: Optional[int] = None
     last_error = ""
     for attempt in range(attempts):
-        start = os.path.getsize(part) if os.path.exists(part) else 0
+        start = _part_size(part)
         headers = {"Range": f"bytes={start}-"} if start else {}
         try:
             with http.get(url, headers=headers, stream=True,
@@ -88,9 +144,8 @@ def download(url: str, dest: str, sha256: str = "", *, timeout: float = READ_TIM
                 if start and resp.status_code != 206:
                     start = 0  # the server ignored Range: take the whole file again
                 total = _total_from(resp, start)
-                mode = "ab" if start else "wb"
                 got = start
-                with open(part, mode) as out:
+                with os.fdopen(_open_part(part, append=bool(start)), "wb") as out:
                     for block in resp.iter_content(CHUNK):
                         out.write(block)
                         got += len(block)
@@ -110,7 +165,7 @@ def download(url: str, dest: str, sha256: str = "", *, timeout: float = READ_TIM
         except requests.RequestException as exc:
             raise DownloadError(f"download failed: {url}: {type(exc).__name__}: {exc}") from None
     else:
-        have = os.path.getsize(part) if os.path.exists(part) else 0
+        have = _part_size(part)
         raise DownloadError(f"download failed: {url}: {last_error} after {attempts} tries; "
                             f"{have} bytes kept in {part}, run again to resume")
     h = hashlib.sha256()
@@ -121,8 +176,7 @@ def download(url: str, dest: str, sha256: str = "", *, timeout: float = READ_TIM
         raise DownloadError(f"sha256 mismatch for {os.path.basename(dest)}: expected {want}, "
                             f"got {digest}; the file was removed")
     os.replace(part, dest)
-    with open(dest + ".sha256", "w", encoding="ascii") as fh:
-        fh.write(f"{digest}  {os.path.basename(dest)}\n")
+    _write_beside(dest + ".sha256", f"{digest}  {os.path.basename(dest)}\n")
     return digest
 
 

@@ -22,7 +22,7 @@ from typing import List
 
 from . import __version__
 from .i18n import _, comment
-from .plan import Plan
+from .plan import SSHD_PID_FUNCTION, Plan
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -62,8 +62,15 @@ done
 
 WAIT_TRIES=${WAIT_TRIES:-10}
 SLOTS=${SLOTS:-1}
+# Numbers from the environment, ASCII digits only: bash arithmetic would run the $(...) in
+# a value such as 'a[$(id)]'.
+for v in WAIT_TRIES SLOTS NP WORKER_TIMEOUT NPROC_PER_NODE; do
+  if [ -n "${!v:-}" ] && ! [[ ${!v} =~ ^[0123456789]{1,6}$ ]]; then
+    die "$v=${!v} is not a number (digits 0-9 only)"
+  fi
+done
 RUN_DIR="$HOME/.hpcwizard/launch"
-mkdir -p "$RUN_DIR"
+(umask 077 && mkdir -p "$RUN_DIR")  # made 0700: the hostfile and the job's markers are the user's
 
 # --- hosts ------------------------------------------------------------------------------
 
@@ -169,10 +176,13 @@ find_hosts() {
 }
 
 SOURCE=""
-find_hosts > "$RUN_DIR/hosts.$$"
+HOSTS_TMP=$(mktemp "$RUN_DIR/hosts.XXXXXX")
+trap 'rm -f "$HOSTS_TMP"' EXIT
+find_hosts > "$HOSTS_TMP"
 # find_hosts ran in this shell (output redirected), so SOURCE is set here.
-mapfile -t NAMES < "$RUN_DIR/hosts.$$"
-rm -f "$RUN_DIR/hosts.$$"
+mapfile -t NAMES < "$HOSTS_TMP"
+rm -f "$HOSTS_TMP"
+trap - EXIT
 [ "${#NAMES[@]}" -gt 0 ] || die "$SOURCE names no hosts"
 NAME_RE='^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$'
 declare -A SEEN=()
@@ -210,9 +220,20 @@ log "hosts from $SOURCE: ${NAMES[*]} (this is $ME, rank $RANK of $N)"
 
 port_open() { timeout 2 bash -c ": </dev/tcp/$1/$2" 2>/dev/null; }
 
+__SSHD_PID_FUNCTION__
+
 start_sshd() {
-  local i
-  if port_open 127.0.0.1 "$PORT"; then log "sshd already listens on port $PORT"; return 0; fi
+  local i pid pidfile=/run/sshd.pid config=/etc/ssh/sshd_config
+  if [ "$(id -u)" -ne 0 ]; then pidfile=$HOME/.ssh/sshd.pid config=$HOME/.sshd_config; fi
+  if port_open 127.0.0.1 "$PORT"; then
+    # Used as it is, never signalled: the pid file only says whether it is that sshd.
+    if pid=$(sshd_pid "$pidfile" "$config" 2>&1); then
+      log "sshd (pid $pid) already listens on port $PORT"
+    else
+      log "port $PORT already answers; ${pid:-$pidfile names no running sshd}"
+    fi
+    return 0
+  fi
   if [ "$(id -u)" -eq 0 ]; then
     install -d -m 0755 /run/sshd
     if ! compgen -G '/etc/ssh/ssh_host_*_key' >/dev/null; then ssh-keygen -A; fi
@@ -290,7 +311,7 @@ set -e
 for h in "${NAMES[@]}"; do
   if [ "$h" != "$ME" ]; then
     ssh -o BatchMode=yes -o ConnectTimeout=5 -p "$PORT" "$h" \
-      "mkdir -p .hpcwizard/launch && echo $rc > .hpcwizard/launch/done.$h" \
+      "umask 077 && mkdir -p .hpcwizard/launch && echo $rc > .hpcwizard/launch/done.$h" \
       || log "could not tell $h that the job ended"
   fi
 done
@@ -365,7 +386,7 @@ def launch_script(plan: Plan) -> str:
                          "already).")))
     out.append("LAUNCH_ENV=(" + " ".join(shlex.quote(k) for k, _v in env if k not in passed) + ")")
     out.append("MPIRUN_ARGS=(" + " ".join(shlex.quote(a) for a in plan.mpirun_args) + ")")
-    out.append(_BODY.strip("\n"))
+    out.append(_BODY.strip("\n").replace("__SSHD_PID_FUNCTION__", SSHD_PID_FUNCTION))
     out.append((_MPI if c.framework == "mpi" else _TORCH).rstrip("\n"))
     out.append("")
     text = "\n".join(out)

@@ -27,8 +27,8 @@ import os
 import re
 import shlex
 import signal
+import stat
 import subprocess
-import tempfile
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -41,6 +41,7 @@ from .facts import Facts
 from .hosts import Hosts
 from .i18n import _
 from .plan import Plan
+from .scratch import Owner, create_file, private_dir, remove_dir
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 MAX_WORKERS = 16
@@ -147,12 +148,17 @@ class System:
 
     stop() (from any thread) kills the process group of every command still running and
     makes later ones return at once with 130: the wizard calls it when the user quits during
-    a verification, which would otherwise wait for ssh and mpirun time-outs."""
+    a verification, which would otherwise wait for ssh and mpirun time-outs.
+
+    write_temp() puts the hostfiles in one private directory per verification (made by
+    this process, 0700, handed to the job's user when root runs the checks as that user);
+    remove_temp() (verify() calls it when it ends, however it ends; stop() too) removes it."""
 
     def __init__(self) -> None:
         self._running: Dict[int, subprocess.Popen] = {}
         self._lock = threading.Lock()
         self._stopped = False
+        self._scratch: Optional[Path] = None
 
     def stop(self) -> None:
         with self._lock:
@@ -160,6 +166,7 @@ class System:
             procs = list(self._running.values())
         for proc in procs:
             _kill_group(proc)
+        self.remove_temp()
 
     def uid(self) -> int:
         return os.getuid()
@@ -214,17 +221,22 @@ class System:
             return Ran(argv, 124, text + f"\n(did not finish within {timeout:g} s)")
         return Ran(argv, proc.returncode, (out or b"").decode("utf-8", "replace"))
 
-    def write_temp(self, name: str, text: str, mode: int = 0o644) -> str:
-        """A file every user can read, for the hostfile and the test programs."""
-        d = Path(tempfile.gettempdir()) / f"hpcwizard-verify-{os.getuid()}"
-        d.mkdir(mode=0o755, exist_ok=True)
-        os.chmod(d, 0o755)
-        p = d / name
-        tmp = p.with_name(p.name + f".{os.getpid()}.tmp")
-        tmp.write_text(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, p)
-        return str(p)
+    def write_temp(self, name: str, text: str, mode: int = 0o600,
+                   owner: Optional[Owner] = None) -> str:
+        """A new file `name` (a hostfile) in this verification's private directory, which
+        is made at the first call: mkdtemp, 0700, owned by `owner` (uid, gid: the job's
+        user, who runs mpirun) when given. Nothing at a predictable path is written to."""
+        with self._lock:
+            if self._scratch is None:
+                self._scratch = private_dir("hpcwizard-verify-", owner=owner)
+            directory = self._scratch
+        return str(create_file(directory, name, text.encode("utf-8"), mode, owner))
+
+    def remove_temp(self) -> None:
+        """Remove the private directory of write_temp, with its files (if it was made)."""
+        with self._lock:
+            directory, self._scratch = self._scratch, None
+        remove_dir(directory)
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -240,11 +252,13 @@ class _Ctx:
         self.network = plan.choices.network
         self.target = plan.target.user
         self.as_target: Tuple[str, ...] = ()
+        self.owner: Optional[Owner] = None  # who gets verify's temporary files (None: we)
         self.python = "python3"  # the interpreter that imports torch, once check_torch found it
         self.cannot_act_as = ""
         if system.user() != self.target:
             if system.uid() == 0:
                 self.as_target = ("runuser", "-u", self.target, "--")
+                self.owner = (plan.target.uid, plan.target.gid)
             else:
                 self.cannot_act_as = _(
                     "verify runs as {me}, the job as {target}: run verify as {target} (or root) "
@@ -252,6 +266,10 @@ class _Ctx:
 
     def ssh(self, host: str, *remote: str) -> Tuple[str, ...]:
         return (*self.as_target, "ssh", *SSH_OPTS, "-p", str(self.port), host, *remote)
+
+    def write_temp(self, name: str, text: str) -> str:
+        """A hostfile the job's user can read (mpirun runs as that user)."""
+        return self.sys.write_temp(name, text, owner=self.owner)
 
 
 def _check(id: str, title: str, ran: Optional[Ran], ok: bool, detail: str = "",
@@ -566,7 +584,7 @@ def _mpirun_base(ctx: _Ctx, hostfile: str, np: int) -> List[str]:
 def check_mpirun(ctx: _Ctx, hosts: Hosts) -> Check:
     t0 = time.monotonic()
     n = len(hosts.names)
-    hf = ctx.sys.write_temp("hostfile", "\n".join(f"{h} slots=1" for h in hosts.names) + "\n")
+    hf = ctx.write_temp("hostfile", "\n".join(f"{h} slots=1" for h in hosts.names) + "\n")
     argv = _mpirun_base(ctx, hf, n) + ["--map-by", "node", "hostname"]
     r = ctx.sys.run(argv, timeout=JOB_TIMEOUT)
     names = [ln.strip() for ln in r.lines() if ln.strip()] if r.ok else []
@@ -631,6 +649,32 @@ def _spread(ctx: _Ctx, hosts: Sequence[str], path: str, data: bytes) -> Optional
     return None
 
 
+def _read_owned(path: str, uid: int, limit: int = 64 * 1024 * 1024) -> bytes:
+    """The bytes of path when it is a regular file (not a symlink) owned by uid, else b"":
+    root copies the job user's test program to the peers, never a file that user could not
+    read by pointing a link at it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return b""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != uid or st.st_size > limit:
+            return b""
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks) if size <= limit else b""
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+
+
 def _cache_path(ctx: _Ctx, name: str, text: str) -> str:
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     return f"{ctx.plan.target.home}/.cache/hpcwizard/{digest}-{name}"
@@ -656,10 +700,7 @@ def check_mpi_transport(ctx: _Ctx, hosts: Hosts) -> Check:
                              error=r.last_line()),
                          command=r.command)
     pair = list(hosts.names[:2])
-    try:
-        binary = Path(exe).read_bytes()
-    except OSError:
-        binary = b""
+    binary = _read_owned(exe, ctx.plan.target.uid)
     if binary:
         failed = _spread(ctx, pair, exe, binary)
         if failed is not None:
@@ -667,7 +708,7 @@ def check_mpi_transport(ctx: _Ctx, hosts: Hosts) -> Check:
                           detail=failed.last_line(),
                           plain=_("Could not copy the MPI test program to the other "
                                   "instance."))
-    hf = ctx.sys.write_temp("hostfile-2", "".join(f"{h} slots=1\n" for h in pair))
+    hf = ctx.write_temp("hostfile-2", "".join(f"{h} slots=1\n" for h in pair))
     argv = _mpirun_base(ctx, hf, 2) + ["--map-by", "node", "--mca", "pml", "ucx",
                                        "-x", "UCX_LOG_LEVEL=info"]
     passed = {a for i, a in enumerate(argv) if i and argv[i - 1] == "-x"}
@@ -802,8 +843,16 @@ def verify(plan: Plan, facts: Facts, hosts: Optional[Hosts] = None,
            max_workers: int = MAX_WORKERS) -> Report:
     """Every check, here then across hosts (concurrently, at most max_workers at once).
     on_check is called with each check as it finishes (from worker threads)."""
-    t_start = time.monotonic()
     ctx = _Ctx(plan, facts, system or System())
+    try:
+        return _verify(ctx, hosts, on_check, max_workers)
+    finally:
+        ctx.sys.remove_temp()  # the hostfiles' directory: also after Ctrl+C or stop()
+
+
+def _verify(ctx: _Ctx, hosts: Optional[Hosts], on_check: Optional[Callable[[Check], None]],
+            max_workers: int) -> Report:
+    t_start = time.monotonic()
     checks: List[Check] = []
 
     def emit(cs: Sequence[Check]) -> None:

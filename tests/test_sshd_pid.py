@@ -1,0 +1,225 @@
+"""A pid file is not trusted (issue 13, part 4): the sshd-start steps, their undo and the
+launch script signal the process a pid file names only when it is the sshd the plan
+configures: /proc/PID/exe is an sshd binary (also one deleted since: ' (deleted)'), it runs
+as the user running the step, and its -f is the plan's configuration (none: the system's).
+Otherwise the step fails with one line naming the pid, the program and its user, and undo
+leaves the process running, saying so.
+
+The shell function (plan.SSHD_PID_FUNCTION) runs here against real processes: `sleep`, and
+stand-ins for sshd — a copy of `tail` named sshd (`sshd -f CONFIG` follows CONFIG forever)."""
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from _core_fixtures import ROOT, bash, facts
+from hpcwizard.catalog import load_catalog
+from hpcwizard.choices import make_choices
+from hpcwizard.facts import UserInfo
+from hpcwizard.launch import launch_script
+from hpcwizard.plan import SSHD_PID_FUNCTION, build_plan
+
+SYSTEM_CONFIG = "/etc/ssh/sshd_config"
+ME = pwd.getpwuid(os.getuid()).pw_name
+
+
+@pytest.fixture
+def procs():
+    """Processes started by the test, each in a session of its own; killed at the end."""
+    started = []
+
+    def start(argv, **kw):
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True, **kw)
+        started.append(p)
+        return p
+
+    yield start
+    for p in started:
+        if p.poll() is None:
+            p.kill()
+        p.wait(timeout=10)
+
+
+@pytest.fixture
+def fake_sshd(tmp_path):
+    """A program whose /proc/PID/exe is .../sshd: a copy of tail (`sshd -f FILE` blocks)."""
+    exe = tmp_path / "bin" / "sshd"
+    exe.parent.mkdir()
+    shutil.copy2(shutil.which("tail"), exe)
+    config = tmp_path / ".sshd_config"
+    config.write_text("Port 2222\n")
+    return exe, config
+
+
+def sshd_pid(pidfile, config, *advice):
+    return bash(SSHD_PID_FUNCTION + '\nsshd_pid "$@"', strict=True,
+                args=[str(pidfile), str(config), *advice])
+
+
+def alive(p: subprocess.Popen) -> bool:
+    return p.poll() is None
+
+
+def test_no_pid_file_a_dead_pid_or_no_number_is_status_1(tmp_path):
+    pidfile = tmp_path / "sshd.pid"
+    assert sshd_pid(pidfile, SYSTEM_CONFIG).returncode == 1
+    for text in ("4194999\n", "", "12 34\n", "../1\n", "abc"):  # 4194999: over pid_max
+        pidfile.write_text(text)
+        r = sshd_pid(pidfile, SYSTEM_CONFIG)
+        assert (r.returncode, r.stdout, r.stderr) == (1, "", ""), text
+
+
+def test_another_program_is_named_and_never_taken_for_sshd(tmp_path, procs):
+    sleeper = procs(["sleep", "300"])
+    pidfile = tmp_path / "sshd.pid"
+    pidfile.write_text(f"{sleeper.pid}\n")
+    r = sshd_pid(pidfile, SYSTEM_CONFIG)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.splitlines() == [
+        f"{pidfile} names pid {sleeper.pid} (sleep, user {ME}), which is not sshd: remove "
+        "the stale pid file or stop that program"]
+    r = sshd_pid(pidfile, SYSTEM_CONFIG, "it is left running")
+    assert r.stderr.strip().endswith("which is not sshd: it is left running")
+    assert alive(sleeper)
+
+
+def test_the_sshd_of_the_plans_configuration_is_recognised(tmp_path, procs, fake_sshd):
+    exe, config = fake_sshd
+    daemon = procs([str(exe), "-f", str(config)])
+    pidfile = tmp_path / "sshd.pid"
+    pidfile.write_text(f"{daemon.pid}\n")
+    r = sshd_pid(pidfile, config)
+    assert (r.returncode, r.stdout.strip(), r.stderr) == (0, str(daemon.pid), "")
+    # the same sshd is not the one of another configuration (the system's, another user's)
+    r = sshd_pid(pidfile, SYSTEM_CONFIG)
+    assert r.returncode == 2
+    assert f"(sshd, user {ME}), which is not the sshd of {SYSTEM_CONFIG}:" in r.stderr
+    # after a package upgrade the binary is gone: /proc/PID/exe ends in ' (deleted)'
+    exe.unlink()
+    assert os.readlink(f"/proc/{daemon.pid}/exe").endswith(" (deleted)")
+    assert sshd_pid(pidfile, config).stdout.strip() == str(daemon.pid)
+
+
+def test_without_f_it_is_the_system_configuration(tmp_path, procs, fake_sshd):
+    exe, _config = fake_sshd
+    daemon = procs([str(exe), "-F", "/dev/null"])  # as `/usr/sbin/sshd -D`: no -f
+    pidfile = tmp_path / "sshd.pid"
+    pidfile.write_text(f"{daemon.pid}")  # no newline: sshd writes one, others may not
+    assert sshd_pid(pidfile, SYSTEM_CONFIG).stdout.strip() == str(daemon.pid)
+    assert sshd_pid(pidfile, "/home/u/.sshd_config").returncode == 2
+
+
+def test_a_process_of_another_user_is_not_this_users_sshd(tmp_path):
+    pidfile = tmp_path / "sshd.pid"
+    pidfile.write_text("1\n")  # init: root's, not an sshd (and not ours when we are not root)
+    r = sshd_pid(pidfile, SYSTEM_CONFIG)
+    assert r.returncode == 2 and f"{pidfile} names pid 1 (" in r.stderr
+    assert "user root), which is not" in r.stderr
+
+
+# --- the steps of the plan ----------------------------------------------------------------------
+
+def user_plan(home: Path):
+    """A plan whose target is a user (the per-user sshd), with its home in tmp_path; its
+    texts run here as whoever runs the tests, as they would as that user (the uid in the
+    plan only picks the per-user steps: the texts compare with `id -u` when they run)."""
+    u = UserInfo(name="alice", uid=4242, gid=4242, home=str(home), sudo="none")
+    return build_plan(facts(user=u), make_choices(framework="mpi", network="tcp",
+                                                  mode="manual"), load_catalog())
+
+
+def step(plan, sid="ssh/sshd-start"):
+    return next(s for s in plan.steps if s.id == sid)
+
+
+@pytest.fixture
+def home(tmp_path):
+    h = tmp_path / "home"
+    (h / ".ssh").mkdir(parents=True)
+    return h
+
+
+def test_the_per_user_step_fails_naming_another_program_and_leaves_it(home, procs):
+    start = step(user_plan(home))
+    sleeper = procs(["sleep", "300"])
+    (home / ".ssh/sshd.pid").write_text(f"{sleeper.pid}\n")
+    assert bash(start.check, strict=False).returncode != 0  # not done: that is not our sshd
+    r = bash(start.run)
+    assert r.returncode == 1
+    want = (f"{home}/.ssh/sshd.pid names pid {sleeper.pid} (sleep, user {ME}), which is not "
+            "sshd: remove the stale pid file or stop that program")
+    assert r.stdout.strip() == "" and r.stderr.strip().splitlines() == [want]
+    assert alive(sleeper)
+    u = bash(start.undo)
+    assert u.returncode == 0, u.stderr
+    assert "which is not sshd: it is left running" in u.stderr
+    assert alive(sleeper)
+
+
+def test_the_per_user_undo_stops_that_users_sshd(home, procs, tmp_path):
+    start = step(user_plan(home))
+    exe = tmp_path / "bin" / "sshd"
+    exe.parent.mkdir()
+    shutil.copy2(shutil.which("tail"), exe)
+    (home / ".sshd_config").write_text("Port 2222\n")
+    daemon = procs([str(exe), "-f", f"{home}/.sshd_config"])
+    (home / ".ssh/sshd.pid").write_text(f"{daemon.pid}\n")
+    u = bash(start.undo)
+    assert u.returncode == 0, u.stderr
+    assert daemon.wait(timeout=10) == -signal.SIGTERM
+    assert not (home / ".ssh/sshd.pid").exists()
+
+
+def test_every_text_that_reads_a_pid_file_checks_it_first():
+    root = build_plan(facts(user=ROOT), make_choices(framework="mpi", network="tcp",
+                                                     mode="manual"), load_catalog())
+    user = user_plan(Path("/home/alice"))
+    for plan, pidfile, config in ((root, "/run/sshd.pid", SYSTEM_CONFIG),
+                                  (user, "/home/alice/.ssh/sshd.pid", "/home/alice/.sshd_config")):
+        s = step(plan)
+        for text in (s.check, s.run, s.undo):
+            assert text.startswith(SSHD_PID_FUNCTION), s.id
+            body = text[len(SSHD_PID_FUNCTION):]
+            assert f"sshd_pid {pidfile} {config}" in body
+            assert "cat " not in body and "kill -0" not in body  # no pid read another way
+        assert 'kill -HUP "$pid"' in s.run and 'kill "$pid"' in s.undo
+
+
+def test_the_launch_script_never_signals_and_reports_what_the_pid_file_names():
+    text = launch_script(build_plan(facts(user=ROOT), make_choices(
+        framework="mpi", network="tcp", mode="manual"), load_catalog()))
+    assert SSHD_PID_FUNCTION in text
+    assert "kill" not in text.replace(SSHD_PID_FUNCTION, "")
+    assert 'pid=$(sshd_pid "$pidfile" "$config" 2>&1)' in text
+
+
+def test_the_launch_script_reports_a_pid_file_naming_another_program(tmp_path, procs):
+    """Run with test_launch's fake commands (every port answers) and a fake `id` (a user, so
+    that the pid file is ~/.ssh/sshd.pid): the sleeping process is named, and lives on."""
+    from test_launch import _fakes, _run
+
+    fk = _fakes(tmp_path, "node01", {"node01": "10.0.0.1"})
+    fake_id = Path(fk["env"]["PATH"].split(":")[0]) / "id"
+    fake_id.write_text('#!/bin/bash\n[ "${1:-}" = -u ] && { echo 4242; exit 0; }; echo alice\n')
+    fake_id.chmod(0o755)
+    sleeper = procs(["sleep", "300"])
+    (fk["home"] / ".ssh").mkdir()
+    (fk["home"] / ".ssh/sshd.pid").write_text(f"{sleeper.pid}\n")
+    text = launch_script(build_plan(facts(user=ROOT), make_choices(
+        framework="mpi", network="tcp", mode="manual"), load_catalog()))
+    r = _run(tmp_path, text, {**fk["env"], "HOSTS": "node01"}, ["--", "hostname"])
+    assert r.returncode == 0, r.stderr
+    assert (f"port 2222 already answers; {fk['home']}/.ssh/sshd.pid names pid {sleeper.pid} "
+            f"(sleep, user {ME}), which is not sshd: remove the stale pid file or stop that "
+            "program") in r.stderr
+    assert alive(sleeper)
+    assert list((fk["home"] / ".hpcwizard/launch").glob("hosts.*")) == []  # its mktemp file
+    assert stat.S_IMODE((fk["home"] / ".hpcwizard/launch").stat().st_mode) == 0o700
