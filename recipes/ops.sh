@@ -52,6 +52,16 @@ _hw_state_dir() {
 
 _hw_sum() { sha256sum < "$1" | cut -d' ' -f1; }
 
+# After an undo: the state directory goes once nothing is left in it, and its hpcwizard
+# parent too when that is empty (/var/lib/hpcwizard): undo leaves no trace of hpcwizard.
+_hw_tidy() {
+  local s parent
+  s=$(_hw_state_dir)
+  rmdir -- "$s" 2>/dev/null || return 0
+  parent=$(dirname -- "$s")
+  if [ "$(basename -- "$parent")" = hpcwizard ]; then rmdir -- "$parent" 2>/dev/null || true; fi
+}
+
 # _hw_put SRC DEST MODE [UID GID]: SRC's bytes become DEST in one rename.
 _hw_put() {
   local src=$1 dest=$2 mode=$3 tmp
@@ -139,16 +149,22 @@ _hw_put_back() {
 
 _hw_release() { rm -f -- "$key.prev" "$key.prev-absent" "$key.pending"; }
 
+# A change put back: a first one leaves nothing to remember (the file is as it was).
+_hw_forget() {
+  _hw_release
+  if [ ! -e "$key.ours" ]; then rm -f -- "$key".*; _hw_tidy; fi
+}
+
 # After the change: --validate, then --in-effect; on failure put the previous file back.
 _hw_settle() {  # _hw_settle SUM
   local out=$work/validate.out
   if [ -n "$validate" ] && ! ( eval "$validate" ) > "$out" 2>&1; then
     cat -- "$out" >&2
-    _hw_put_back; _hw_release
+    _hw_put_back; _hw_forget
     _hw_die "the new $path failed its test ($validate); the previous one was put back"
   fi
   if [ -n "$in_effect" ] && ! _hw_in_effect; then
-    _hw_put_back; _hw_release
+    _hw_put_back; _hw_forget
     exit 1
   fi
   _hw_write_state "$key.ours" "$1"
@@ -225,7 +241,7 @@ hw_file() (
         && [ "$(stat -c %a -- "$real")" = "${file_mode#0}" ] ;;
     diff) _hw_diff "$real" "$new" ;;
     run) _hw_file_run ;;
-    undo) _hw_file_undo ;;
+    undo) _hw_file_undo; _hw_tidy ;;
   esac
 )
 
@@ -296,7 +312,7 @@ hw_block() (
         && _hw_block_of "$real" | cmp -s - "$block" ;;
     diff) _hw_block_wanted "$block" > "$work/wanted"; _hw_diff "$real" "$work/wanted" ;;
     run) _hw_block_run "$block" ;;
-    undo) _hw_block_undo ;;
+    undo) _hw_block_undo; _hw_tidy ;;
   esac
 )
 
@@ -454,6 +470,63 @@ hw_sshd_config() (
   fi
 )
 
+# --- hw_ssh_key, hw_ssh_host_keys: keys, never overwritten -----------------------------------
+#   hw_ssh_key PATH [--comment TEXT]   an ed25519 key pair at PATH (and PATH.pub)
+# check: PATH is there. run: makes the pair when PATH is not there; an existing key is
+# never touched. undo: removes the pair only if this operation made it and it is still that
+# key (and the directory, if it made that and it is empty).
+#   hw_ssh_host_keys                   the system's host keys (ssh-keygen -A)
+# check: an ed25519 host key is there. run: removes the temporary files a killed
+# ssh-keygen -A leaves, then makes the missing keys. undo: keeps them, and says so: they are
+# this host's identity, which peers may have pinned.
+
+hw_ssh_key() (
+  _hw_start "$1" < /dev/null; shift
+  local comment='' dir made
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --comment) comment=$2; shift 2 ;;
+      *) _hw_die "hw_ssh_key: unknown option $1" ;;
+    esac
+  done
+  dir=$(dirname -- "$real")
+  case $mode in
+    check) [ -s "$real" ] ;;
+    diff) [ -s "$real" ] || echo "new key pair $path, $path.pub" ;;
+    run)
+      [ ! -s "$real" ] || exit 0
+      made=0
+      if [ ! -d "$dir" ]; then install -d -m 0700 -- "$dir"; made=1; fi
+      rm -f -- "$real" "$real.pub"  # empty leftovers of a killed ssh-keygen
+      ssh-keygen -q -t ed25519 -N '' -C "$comment" -f "$real"
+      _hw_write_state "$key.ours" "$(_hw_sum "$real.pub")"
+      [ "$made" = 0 ] || : > "$key.dir"
+      _hw_write_state "$key.path" "$real" ;;
+    undo)
+      if [ ! -e "$key.ours" ]; then :
+      elif [ -e "$real.pub" ] && [ "$(_hw_sum "$real.pub")" = "$(cat -- "$key.ours")" ]; then
+        rm -f -- "$real" "$real.pub"
+        if [ -e "$key.dir" ]; then rmdir --ignore-fail-on-non-empty -- "$dir"; fi
+      elif [ -e "$real" ]; then
+        _hw_say "$path is not the key hpcwizard made (it was replaced): kept"
+      fi
+      rm -f -- "$key".*
+      _hw_tidy ;;
+  esac
+)
+
+hw_ssh_host_keys() (
+  case ${HW_MODE:-run} in
+    check) test -s /etc/ssh/ssh_host_ed25519_key ;;
+    diff) test -s /etc/ssh/ssh_host_ed25519_key || echo "new host keys in /etc/ssh (ssh-keygen -A)" ;;
+    run)
+      rm -f /etc/ssh/ssh_host_*_key.??????????
+      ssh-keygen -A ;;
+    undo) echo "hpcwizard: the host keys in /etc/ssh are kept: they are this host's identity, which peers may have pinned" ;;
+    *) _hw_die "HW_MODE=${HW_MODE:-}: use check, run, undo or diff" ;;
+  esac
+)
+
 # --- hw_packages: one transaction of the package manager --------------------------------------
 #   hw_packages apt|dnf|yum [--lock-timeout SECONDS] NAME...
 # check: every NAME is installed, or provided by an installed package, and (apt) dpkg has
@@ -474,7 +547,7 @@ hw_packages() (
     check) _hw_pkg_installed "${names[@]}" ;;
     diff) _hw_pkg_installed "${names[@]}" || printf 'install with %s: %s\n' "$pm" "${names[*]}" ;;
     run) install -d -m 0700 -- "$state"; _hw_pkg_run ;;
-    undo) _hw_pkg_undo ;;
+    undo) _hw_pkg_undo; _hw_tidy ;;
   esac
 )
 
@@ -645,14 +718,15 @@ hw_sshd() (
   _hw_sshd_start "$@"
   local pid='' rc=0
   pid=$(_hw_sshd_pid) || rc=$?
-  [ "$rc" -le 1 ] || exit 1
+  # a pid file naming another program: said above; it fails the change, not the undo
+  [ "$rc" -le 1 ] || [ "$mode" = undo ] || exit 1
   case $mode in
     check|diff)
       if [ -n "$pid" ] && _hw_sshd_listens "$pid"; then exit 0; fi
       [ "$mode" = check ] && exit 1
       echo "start sshd on port $port" ;;
     run) _hw_sshd_run "$pid" ;;
-    undo) _hw_sshd_undo "$pid" ;;
+    undo) _hw_sshd_undo "$pid"; _hw_tidy ;;
   esac
 )
 

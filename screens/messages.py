@@ -2,7 +2,7 @@
 post one of these to the App, which keeps the state and tells the screen on top."""
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from textual.message import Message
 
@@ -29,6 +29,14 @@ class StepChecked(Message):
         super().__init__()
         self.index = index
         self.done = done
+
+
+class DiffsReady(Message):
+    """The unified diff each file-changing step would make, computed read-only (Review)."""
+
+    def __init__(self, diffs: Dict[str, str]) -> None:
+        super().__init__()
+        self.diffs = diffs
 
 
 class RunEvents(Message):

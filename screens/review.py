@@ -2,7 +2,7 @@
 note of each. The checks run through the Runner in a worker; nothing changes here."""
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from rich.console import Group
 from rich.syntax import Syntax
@@ -14,8 +14,9 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, OptionList, Static
 from textual.widgets.option_list import Option
 
-from .messages import StepChecked
+from .messages import DiffsReady, StepChecked
 from hpcwizard.i18n import N_, _, field
+from hpcwizard.report import file_diffs
 
 from .widgets import ExportScreen, WizardScreen
 
@@ -38,18 +39,31 @@ def _code(text: str) -> Syntax:
                   background_color="default")
 
 
-def step_detail(step: Any, target_user: str) -> Group:
+def _diff(text: str) -> Syntax:
+    return Syntax(text.rstrip("\n"), "diff", theme="ansi_dark", word_wrap=True,
+                  background_color="default")
+
+
+def step_detail(step: Any, target_user: str, diff: str = "") -> Group:
+    """A step as a person reviews it: its one call (a shell step: its commands, check and
+    undo), the diff it would make to the files as they are now, its note."""
     who = "root" if step.as_ == "root" else target_user
     parts: List[Any] = [Text.assemble((field(step, "title"), "bold"), (
         "  " + _("{id}, as {user}").format(id=step.id, user=who), "dim"))]
     if step.why:
         parts.append(Text(field(step, "why"), style="italic dim"))
-    parts += [Text(_("run:"), style="bold cyan"), _code(step.run),
-              Text(_("done when this succeeds:"), style="bold cyan"), _code(step.check)]
-    if step.undo:
-        parts += [Text(_("undo:"), style="bold cyan"), _code(step.undo)]
+    if step.operation:
+        parts.append(_code(step.run))
+        if diff:
+            parts.append(_diff(diff) if diff.startswith("---") else Text(diff, style="dim"))
+        parts.append(Text(_("undo: the same call takes back what it gave"), style="dim"))
     else:
-        parts.append(Text(_("undo: nothing (see the note)"), style="bold cyan"))
+        parts += [Text(_("run:"), style="bold cyan"), _code(step.run),
+                  Text(_("done when this succeeds:"), style="bold cyan"), _code(step.check)]
+        if step.undo:
+            parts += [Text(_("undo:"), style="bold cyan"), _code(step.undo)]
+        else:
+            parts.append(Text(_("undo: nothing (see the note)"), style="bold cyan"))
     if step.note:
         parts.append(Text(_("note: {note}").format(note=field(step, "note")), style="yellow"))
     return Group(*parts)
@@ -71,6 +85,7 @@ class ReviewScreen(WizardScreen):
         self.plan = plan
         self.done: List[Optional[bool]] = [None] * len(plan.steps)
         self.checked = [False] * len(plan.steps)
+        self.diffs: Dict[str, str] = {}
 
     def compose_body(self) -> ComposeResult:
         total = len(self.plan.steps)
@@ -129,6 +144,14 @@ class ReviewScreen(WizardScreen):
             except Exception:  # noqa: BLE001 - a check that cannot run is "not known"
                 done = None
             self.post_message(StepChecked(i, done))
+        if hasattr(runner, "capture"):  # the diffs, read-only, after the checks
+            self.post_message(DiffsReady(file_diffs(self.plan, runner)))
+
+    def on_diffs_ready(self, message: DiffsReady) -> None:
+        self.diffs = message.diffs
+        highlighted = self.query_one("#review-steps", OptionList).highlighted
+        if highlighted is not None and self.plan.steps:
+            self.show_step(highlighted, scroll=False)
 
     def on_step_checked(self, message: StepChecked) -> None:
         i = message.index
@@ -145,10 +168,12 @@ class ReviewScreen(WizardScreen):
         if event.option_index is not None:
             self.show_step(event.option_index)
 
-    def show_step(self, index: int) -> None:
+    def show_step(self, index: int, scroll: bool = True) -> None:
         step = self.plan.steps[index]
-        self.query_one("#review-detail", Static).update(step_detail(step, self.plan.target.user))
-        self.query_one("#review-detail-box", VerticalScroll).scroll_home(animate=False)
+        self.query_one("#review-detail", Static).update(
+            step_detail(step, self.plan.target.user, self.diffs.get(step.id, "")))
+        if scroll:
+            self.query_one("#review-detail-box", VerticalScroll).scroll_home(animate=False)
 
     def commands_text(self) -> str:
         """Every step's exact text, as shown (for tests and copy)."""

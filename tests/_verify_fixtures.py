@@ -54,6 +54,12 @@ class FakeSystem(System):
             if self.peers.get(target) == "down":
                 return Ran(argv, 1, f"bash: line 1: /dev/tcp/{target}/2222: Connection refused")
             return Ran(argv, 0, "")
+        if "/usr/sbin/sshd" in argv and "-T" in argv:  # what an sshd of the plan has in effect
+            return Ran(argv, 0, "port 2222\npasswordauthentication no\n"
+                                "kbdinteractiveauthentication no\npubkeyauthentication yes\n"
+                                "permitrootlogin without-password\n")
+        if "ssh" in argv and "-G" in argv:
+            return Ran(argv, 0, f"host {argv[-1]}\nport 2222\nbatchmode yes\n")
         if argv[0] == "ssh":
             host = argv[argv.index("-p") + 2]
             if self.peers.get(host) == "nokey":

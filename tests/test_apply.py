@@ -275,28 +275,40 @@ def as_alice(monkeypatch):
 
 
 def test_root_steps_use_sudo_n_when_not_root(as_alice):
-    r = ShellRunner("alice", uid=1000)
+    r = ShellRunner("alice", uid=1000, library="")
     assert r.argv("root", "echo hi") == ["sudo", "-n", "--", *BASH]
     assert r.argv("root", "echo hi", strict=False) == ["sudo", "-n", "--", "bash", "-c", "echo hi"]
 
 
+def test_every_step_runs_after_the_operations_library(as_alice):
+    """By default the shipped library comes first, then the step's own text; a record's
+    undo passes the library that record kept."""
+    from hpcwizard import ops
+
+    text = ShellRunner("bob", uid=0).argv("root", "hw_sshd --port 2222")[-1]
+    assert text == ops.runnable("hw_sshd --port 2222")
+    assert text.startswith(ops.library()) and text.endswith("\nhw_sshd --port 2222")
+    kept = ShellRunner("bob", uid=0, library="# an older library\n").argv("root", "true")[-1]
+    assert kept.startswith("# an older library\n") and ops.library() not in kept
+
+
 def test_root_steps_run_directly_as_root(as_alice):
-    assert ShellRunner("bob", uid=0).argv("root", "echo hi") == BASH
+    assert ShellRunner("bob", uid=0, library="").argv("root", "echo hi") == BASH
 
 
 def test_user_steps_of_another_user_use_runuser_when_root(as_alice):
-    assert ShellRunner("bob", uid=0).argv("user", "echo hi") == ["runuser", "-u", "bob", "--", *BASH]
+    assert ShellRunner("bob", uid=0, library="").argv("user", "echo hi") == ["runuser", "-u", "bob", "--", *BASH]
 
 
 def test_user_steps_of_another_user_use_sudo_when_not_root(as_alice):
-    assert ShellRunner("bob", uid=1000).argv("user", "echo hi") == \
+    assert ShellRunner("bob", uid=1000, library="").argv("user", "echo hi") == \
         ["sudo", "-n", "-u", "bob", "--", *BASH]
 
 
 @pytest.mark.parametrize("target", ["alice", ""])
 @pytest.mark.parametrize("uid", [0, 1000])
 def test_user_steps_of_oneself_run_directly(as_alice, target, uid):
-    assert ShellRunner(target, uid=uid).argv("user", "echo hi") == BASH
+    assert ShellRunner(target, uid=uid, library="").argv("user", "echo hi") == BASH
 
 
 def test_shell_runner_runs_for_real_as_oneself():

@@ -151,5 +151,5 @@ def test_cli_export_writes_dockerfile_and_setup_script(tmp_path, monkeypatch, ca
     assert code == 0
     assert lines(out.read_text(), "FROM") == ["FROM rockylinux:9"]
     script = (tmp_path / "ctx" / "hpcwizard-setup.sh").read_text()
-    assert "dnf install -y" in script and "rdma-core" in script
+    assert "hw_packages dnf " in script and "rdma-core" in script
     assert "wrote" in capsys.readouterr().out

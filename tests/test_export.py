@@ -4,10 +4,11 @@ from __future__ import annotations
 import os
 import pwd
 import subprocess
+from pathlib import Path
 
 import pytest
 
-from hpcwizard import render
+from hpcwizard import ops
 from hpcwizard.catalog import load_catalog
 from hpcwizard.choices import make_choices
 from hpcwizard.export import setup_script
@@ -87,15 +88,16 @@ def harmless_plan_for(base: str, extra_run: str = "") -> Plan:
     f1 = f"{base}/etc/demo.conf"
     f2 = f"{base}/home/.ssh/config"
     f3 = f"{base}/stamp"
-    r1 = render.render("file", path=f1, content="Port 2345\nX 'quoted' $HOME\n", mode="0644")
-    r2 = render.render("block", path=f2, content="Host node-*\n    Port 2345\n", mode="0600",
-                       validate=f"grep -q 'Port 2345' {f2}")
+    c1 = ops.file_call(f1, "Port 2345\nX 'quoted' $HOME\n", "0644")
+    c2 = ops.block_call(f2, "Host node-*\n    Port 2345\n", "0600",
+                        validate=f"grep -q 'Port 2345' {f2}")
     # root steps run as root directly, or through sudo -n: only as root here, else as user
     as_root = "root" if os.geteuid() == 0 else "user"
     steps = (
-        Step("demo/file", "demo", "Write demo.conf", as_root, "file", r1.check, r1.run, r1.undo),
+        Step("demo/file", "demo", "Write demo.conf", as_root, "file", ops.checked(c1), c1,
+             ops.undo_call(c1)),
         Step("demo/block", "demo", "Add a block to the 'config' file", "user", "block",
-             r2.check, r2.run, r2.undo),
+             ops.checked(c2), c2, ops.undo_call(c2)),
         Step("demo/shell", "demo", "Touch a stamp", "user", "shell", f"test -e {f3}",
              f"touch {f3}" + (("\n" + extra_run) if extra_run else ""), f"rm -f {f3}"),
         Step("demo/keep", "demo", "A step with nothing to undo", "user", "shell",
@@ -106,8 +108,10 @@ def harmless_plan_for(base: str, extra_run: str = "") -> Plan:
 
 
 def run_script(path, *args):
+    # the operations' state beside the script, not in /var/lib/hpcwizard
+    env = dict(os.environ, HW_STATE=str(Path(path).parent / "ops-state"))
     return subprocess.run(["bash", str(path), *args], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=60)
+                          stdin=subprocess.DEVNULL, timeout=60, env=env)
 
 
 def test_setup_script_runs_is_idempotent_and_undoes(tmp_path):

@@ -307,7 +307,7 @@ def test_cli_plan_speaks_chinese_and_lang_overrides():
             str(FIXTURES / "sysroots" / "debian12")]
     zh = run_cli(*argv, lang_env="zh_CN.UTF-8")
     assert zh.returncode == 0, zh.stderr
-    assert "推荐" in zh.stdout and "执行：" in zh.stdout
+    assert "推荐" in zh.stdout and "操作库" in zh.stdout
     en = run_cli("--lang", "en", *argv, lang_env="zh_CN.UTF-8")
     assert "Recommended" in en.stdout and "推荐" not in en.stdout
     forced = run_cli("--lang", "zh", *argv)

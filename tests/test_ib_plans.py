@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcwizard import cli
+from hpcwizard import cli, ops
 from hpcwizard.catalog import load_catalog
 from hpcwizard.choices import make_choices
 from hpcwizard.detect import detect
@@ -54,8 +54,8 @@ def test_mpi_ib_debian_installs_the_guides_list_plus_checking_tools_and_ucx():
     pk = packages(p)
     assert all(name in pk for name in GUIDE_IB)
     assert {"ibverbs-utils", "libucx0", "ucx-utils", "openmpi-bin"} <= set(pk)
-    # one transaction: no second apt-get update for the distribution's UCX
-    assert sum("apt-get" in s.run and "update" in s.run for s in p.steps) == 1
+    # one transaction: the distribution's UCX in the same packages call, none other
+    assert sum(s.operation == "hw_packages" for s in p.steps) == 1
 
 
 @pytest.mark.parametrize("tree,pm", [("rocky9", "dnf"), ("centos7", "yum"), ("openeuler2203", "dnf")])
@@ -66,7 +66,7 @@ def test_mpi_ib_rhel_family_names(tree, pm):
     assert {"rdma-core", "libibverbs", "librdmacm", "libibumad", "libnl3", "libibverbs-utils",
             "ucx", "ucx-ib"} <= set(pk)
     assert not set(GUIDE_IB) & set(pk)
-    assert f"\n{pm} install -y " + " ".join(pk) in "\n" + steps(p)["packages/install"].run
+    assert steps(p)["packages/install"].run == f"hw_packages {pm} " + " ".join(pk)
     # RHEL's ompi_info lives outside PATH: the check puts it there
     assert "/usr/lib64/openmpi/bin" in steps(p)["openmpi-ucx/pml-ucx"].check
 
@@ -138,12 +138,14 @@ def test_pytorch_ib_nccl_env_and_conf_file(tmp_path):
                                   "NCCL_SOCKET_IFNAME": "eth0"}
     conf = steps(p)["pytorch-ib/nccl-conf"]
     assert conf.as_ == "user"
-    # the step's own text, run for real: it writes the file, and its check then passes
-    subprocess.run(["bash", "-euo", "pipefail", "-c", conf.run], check=True)
+    # the step's own text, run for real as apply runs it (the operations library first): it
+    # writes the file, its check then passes, and undo takes it away
+    env = dict(os.environ, HW_STATE=str(tmp_path / "ops-state"))
+    subprocess.run(["bash", "-euo", "pipefail", "-c", ops.runnable(conf.run)], check=True, env=env)
     text = (tmp_path / ".nccl.conf").read_text()
     assert "NCCL_IB_HCA=mlx5_0:1,mlx5_1:1\n" in text and "NCCL_SOCKET_IFNAME=eth0\n" in text
-    assert subprocess.run(["bash", "-c", conf.check]).returncode == 0
-    subprocess.run(["bash", "-euo", "pipefail", "-c", conf.undo], check=True)
+    assert subprocess.run(["bash", "-c", ops.runnable(conf.check)], env=env).returncode == 0
+    subprocess.run(["bash", "-euo", "pipefail", "-c", ops.runnable(conf.undo)], check=True, env=env)
     assert not (tmp_path / ".nccl.conf").exists()
 
 

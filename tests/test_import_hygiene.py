@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 CORE = ["hpcwizard.cli", "hpcwizard.plan", "hpcwizard.apply", "hpcwizard.export",
-        "hpcwizard.detect", "hpcwizard.catalog", "hpcwizard.render", "hpcwizard.record",
+        "hpcwizard.detect", "hpcwizard.catalog", "hpcwizard.ops", "hpcwizard.record",
         "hpcwizard.choices", "hpcwizard.diagnose", "hpcwizard.facts", "hpcwizard.validate"]
 
 

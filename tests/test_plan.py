@@ -65,42 +65,39 @@ def test_plan_matrix(users, os_key, who, target):
     if family == "debian":
         assert {"openssh-client", "dnsutils"} <= set(pk[0].packages)
         assert "openssh-clients" not in pk[0].packages and "bind-utils" not in pk[0].packages
-        assert pk[0].run.count("apt-get -o DPkg::Lock::Timeout=120 update") == 1
-        assert "install -y --no-install-recommends " + " ".join(pk[0].packages) in pk[0].run
+        assert pk[0].run == "hw_packages apt --lock-timeout 120 " + " ".join(pk[0].packages)
     else:
         assert {"openssh-clients", "bind-utils"} <= set(pk[0].packages)
         assert "openssh-client" not in pk[0].packages and "dnsutils" not in pk[0].packages
-        assert (f"\n{pm} install -y " + " ".join(pk[0].packages) + "\n") in pk[0].run
-        assert pk[0].check.startswith("rpm -q ")
-    # What the install added is written down, so that undo removes exactly that.
-    listed = [w for w in pk[0].run.split() if w.startswith("/var/lib/hpcwizard/packages-")
-              and w.endswith(".list")]
-    assert listed and listed[-1].endswith(".list") and listed[-1] in pk[0].undo
-    assert pk[0].undo  # installed packages were known: undo removes the new ones
+        assert pk[0].run == f"hw_packages {pm} " + " ".join(pk[0].packages)
+    # one call of the operation; its check and undo are the same call in those modes
+    assert pk[0].operation == "hw_packages"
+    assert pk[0].check == f"export HW_MODE=check\n{pk[0].run}"
+    assert pk[0].undo == f"export HW_MODE=undo\n{pk[0].run}"
 
     # sshd: system-wide for root, per-user otherwise
     home = plan.target.home
     if target_root:
         assert steps["ssh/host-keys"].as_ == "root"
-        assert "ssh-keygen -A" in steps["ssh/host-keys"].run
+        assert steps["ssh/host-keys"].run == "hw_ssh_host_keys"
         cfg = steps["ssh/sshd-config"]
-        assert (cfg.kind, cfg.as_) == ("dropin", "root")
-        assert "/etc/ssh/sshd_config.d/50-hpcwizard.conf" in cfg.run
-        assert "sshd -t" in cfg.run
+        assert (cfg.operation, cfg.as_) == ("hw_sshd_config", "root")
+        assert cfg.run.startswith("hw_sshd_config <<'EOF'\nPort ")  # the system sshd's
         assert steps["ssh/sshd-start"].as_ == "root"
-        assert "sshd -f" not in steps["ssh/sshd-start"].run  # the system configuration
+        assert "--config" not in steps["ssh/sshd-start"].run  # the system configuration
         assert ".sshd_config" not in steps["ssh/sshd-start"].run
     else:
         assert home.startswith("/home/")
         assert steps["ssh/host-keys"].as_ == "user"
         assert f"{home}/.ssh/hpcwizard_host_ed25519_key" in steps["ssh/host-keys"].run
         cfg = steps["ssh/sshd-config"]
-        assert (cfg.kind, cfg.as_) == ("file", "user")
-        assert f"{home}/.sshd_config" in cfg.run
+        assert (cfg.operation, cfg.as_) == ("hw_sshd_config", "user")
+        assert cfg.run.startswith(f"hw_sshd_config --config {home}/.sshd_config ")
         assert "/etc/ssh" not in cfg.run
         start = steps["ssh/sshd-start"]
         assert start.as_ == "user"
-        assert f"/usr/sbin/sshd -f {home}/.sshd_config" in start.run
+        assert start.run == (f"hw_sshd --port 2222 --config {home}/.sshd_config "
+                             f"--pidfile {home}/.ssh/sshd.pid")
     for sid in ("ssh/user-key", "ssh/authorized-keys", "ssh/client-config", "ssh/known-hosts"):
         assert steps[sid].as_ == "user"
         assert home in steps[sid].run
@@ -132,9 +129,10 @@ def test_unknown_installed_packages_means_no_undo():
     plan_f = facts("debian12", ROOT)
     plan_f = dataclasses.replace(plan_f, software=dataclasses.replace(plan_f.software, packages=None))
     pk = by_id(build_plan(plan_f, make_choices(), CATALOG))["packages/install"]
+    # unknown to the plan, known to the operation: what its transaction newly installs
     assert pk.packages == DEBIAN_PACKAGES
-    assert "purge" not in pk.undo  # removes no package (only the step's own lists)
-    assert "removes none" in pk.note
+    assert pk.undo == "export HW_MODE=undo\n" + pk.run
+    assert "nothing that was there before" in pk.note
 
 
 def test_everything_installed_keeps_a_satisfied_packages_step_that_needs_no_root():
@@ -143,7 +141,7 @@ def test_everything_installed_keeps_a_satisfied_packages_step_that_needs_no_root
     f = facts("debian12", ALICE["none"], packages={p: "1" for p in DEBIAN_PACKAGES})
     plan = build_plan(f, make_choices(), CATALOG)
     (pk,) = [s for s in plan.steps if s.recipe == "packages"]
-    assert pk.satisfied and "purge" not in pk.undo and "installed here already" in pk.note
+    assert pk.satisfied and "installed here already" in pk.note
     assert not plan.needs_root or any(s.as_ == "root" and s.recipe != "packages" for s in plan.steps)
 
 
@@ -152,12 +150,10 @@ def test_systemd_picks_the_sshd_start(systemd):
     plan = build_plan(facts("ubuntu2204", ROOT, systemd=systemd), make_choices(), CATALOG)
     start = by_id(plan)["ssh/sshd-start"]
     if systemd:
-        assert "systemctl restart" in start.run
-        assert "/run/sshd.pid" not in start.run
+        assert start.run == "hw_sshd --port 2222 --systemd"
         assert "no systemd" not in start.title
     else:
-        assert "systemctl" not in start.run
-        assert "/usr/sbin/sshd" in start.run and "/run/sshd.pid" in start.check
+        assert start.run == "hw_sshd --port 2222"
         assert "no systemd" in start.title
 
 
@@ -165,8 +161,8 @@ def test_systemd_picks_the_sshd_start(systemd):
 def test_per_user_sshd_never_uses_systemctl(systemd):
     f = facts("rocky9", ALICE["nopasswd"], systemd=systemd)
     start = by_id(build_plan(f, make_choices(), CATALOG))["ssh/sshd-start"]
-    assert "systemctl" not in start.run
-    assert "/usr/sbin/sshd -f /home/alice/.sshd_config" in start.run
+    assert "--systemd" not in start.run
+    assert "--config /home/alice/.sshd_config" in start.run
 
 
 def test_host_keys_off():
@@ -248,11 +244,12 @@ def test_port_user_and_peers_appear_in_the_steps(users):
                       make_choices(user="bob", ssh_port=2345, peers="node-*"), CATALOG)
     steps = by_id(plan)
     assert plan.target.user == "bob" and plan.target.uid == 1001
-    assert "'Port 2345'" in steps["ssh/sshd-config"].run
+    assert "\nPort 2345\n" in steps["ssh/sshd-config"].run  # a setting a line
     assert "2345" in steps["ssh/sshd-config"].title and "bob" in steps["ssh/sshd-config"].title
-    assert "/dev/tcp/127.0.0.1/2345" in steps["ssh/sshd-start"].check
+    assert "--port 2345" in steps["ssh/sshd-start"].check
     client = steps["ssh/client-config"].run
-    assert "'Host node-*'" in client and "'    Port 2345'" in client
+    assert "\nHost node-*\n" in client and "\n    Port 2345\n" in client
+    assert "--in-effect 'ssh -G node-hpcwizard-peer'" in client
     assert "/home/bob/.ssh/id_ed25519" in client
     assert "bob@hpcwizard" in steps["ssh/user-key"].run
     assert "/home/bob/.ssh/hpcwizard_host_ed25519_key.pub" in steps["ssh/known-hosts"].run
@@ -267,8 +264,8 @@ def test_self_target_is_the_current_process_user():
                   sudo="root" if pw.pw_uid == 0 else "nopasswd")
     plan = build_plan(facts("debian12", me), make_choices(user=pw.pw_name), CATALOG)
     assert (plan.target.user, plan.target.uid, plan.target.home) == (pw.pw_name, pw.pw_uid, pw.pw_dir)
-    kind = by_id(plan)["ssh/sshd-config"].kind
-    assert kind == ("dropin" if pw.pw_uid == 0 else "file")
+    run = by_id(plan)["ssh/sshd-config"].run
+    assert ("--config" in run) == (pw.pw_uid != 0)
 
 
 def test_unknown_user_is_bad_input(users):

@@ -65,6 +65,47 @@ def test_plan_matches_golden(tree, fw, net, priv):
     check_golden(f"{tree}-{fw}-{net}-{priv}", summary(plan))
 
 
+# The rendered plan, as `hpcwizard plan` prints it: the text a person reviews, held whole
+# (every image for MPI over TCP as root; Debian 12 for every choice and privilege).
+TEXT_GOLDEN = Path(__file__).parent / "golden" / "plan-texts"
+TEXT_CASES = sorted({(tree, "mpi", "tcp", "root") for tree in OS_TREES}
+                    | {("debian12", fw, net, priv) for fw, net in CHOICES for priv in PRIVILEGES})
+
+
+@pytest.mark.parametrize("tree,fw,net,priv", TEXT_CASES)
+def test_rendered_plan_matches_golden_text(tree, fw, net, priv):
+    from hpcwizard.report import format_plan
+
+    plan = build_plan(make_facts(tree, PRIVILEGES[priv], gpus=H100 if fw == "pytorch" else ()),
+                      make_choices(framework=fw, network=net, mode="manual"), CATALOG)
+    text = format_plan(plan)
+    path = TEXT_GOLDEN / f"{tree}-{fw}-{net}-{priv}.txt"
+    if UPDATE:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    assert path.exists(), f"{path} is missing: run with HPCWIZARD_UPDATE_GOLDEN=1 once and review it"
+    assert path.read_text(encoding="utf-8") == text, (
+        f"{path.name}: the rendered plan changed; if intended, regenerate with "
+        "HPCWIZARD_UPDATE_GOLDEN=1 and review the diff")
+
+
+@pytest.mark.parametrize("tree", sorted(OS_TREES))
+def test_the_mpi_tcp_plan_reads_like_the_guide(tree):
+    """At most 90 lines (it was 224), each sshd setting on a line of its own, and none of the
+    temp-file, marker and rollback plumbing of the operations in what is shown."""
+    from hpcwizard.report import format_plan
+
+    plan = build_plan(make_facts(tree, PRIVILEGES["root"]),
+                      make_choices(framework="mpi", network="tcp", mode="manual"), CATALOG)
+    text = format_plan(plan)
+    assert len(text.splitlines()) <= 90, len(text.splitlines())
+    for setting in ("Port 2222", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
+                    "PubkeyAuthentication yes", "PermitRootLogin prohibit-password"):
+        assert f"\n      {setting}\n" in text, setting
+    for plumbing in ("mktemp", "prev0=", "printf '%s\\n'", ".hpcwizard-orig", "trap "):
+        assert plumbing not in text, plumbing
+
+
 def test_every_golden_file_belongs_to_a_case():
     """A renamed or removed case must not leave a stale golden file behind."""
     names = {"-".join(c) for c in CASES}
@@ -81,13 +122,13 @@ def test_family_package_names(tree):
     pk = next(s for s in plan.steps if s.id == "packages/install")
     if plan.os.family == "debian":
         assert {"libibverbs1", "ibverbs-providers", "libucx0", "ucx-utils", "openmpi-bin"} <= set(pk.packages)
-        assert "rdma-core" not in pk.packages and "apt-get" in pk.run
+        assert "rdma-core" not in pk.packages and pk.run.startswith("hw_packages apt ")
     else:
         assert plan.os.family == "rhel", tree
         assert {"rdma-core", "libibverbs", "librdmacm", "libibumad", "libnl3",
                 "libibverbs-utils", "ucx", "ucx-ib", "openmpi"} <= set(pk.packages)
         assert not any(p.startswith("libibverbs1") or p == "libucx0" for p in pk.packages)
-        assert ("yum install" if tree == "centos7" else "dnf install") in pk.run
+        assert pk.run.startswith("hw_packages yum " if tree == "centos7" else "hw_packages dnf ")
 
 
 @pytest.mark.parametrize("tree", list(OS_TREES))

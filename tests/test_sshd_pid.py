@@ -5,8 +5,9 @@ as the user running the step, and its -f is the plan's configuration (none: the 
 Otherwise the step fails with one line naming the pid, the program and its user, and undo
 leaves the process running, saying so.
 
-The shell function (plan.SSHD_PID_FUNCTION) runs here against real processes: `sleep`, and
-stand-ins for sshd — a copy of `tail` named sshd (`sshd -f CONFIG` follows CONFIG forever)."""
+The shell function (_hw_sshd_pid of recipes/ops.sh, which hw_sshd and the launch script use)
+runs here against real processes: `sleep`, and stand-ins for sshd — a copy of `tail` named
+sshd (`sshd -f CONFIG` follows CONFIG forever)."""
 from __future__ import annotations
 
 import os
@@ -24,7 +25,8 @@ from hpcwizard.catalog import load_catalog
 from hpcwizard.choices import make_choices
 from hpcwizard.facts import UserInfo
 from hpcwizard.launch import launch_script
-from hpcwizard.plan import SSHD_PID_FUNCTION, build_plan
+from hpcwizard import ops
+from hpcwizard.plan import build_plan
 
 SYSTEM_CONFIG = "/etc/ssh/sshd_config"
 ME = pwd.getpwuid(os.getuid()).pw_name
@@ -59,9 +61,17 @@ def fake_sshd(tmp_path):
     return exe, config
 
 
-def sshd_pid(pidfile, config, *advice):
-    return bash(SSHD_PID_FUNCTION + '\nsshd_pid "$@"', strict=True,
-                args=[str(pidfile), str(config), *advice])
+def sshd_pid(pidfile, config):
+    """_hw_sshd_pid as hw_sshd calls it: the pid file and the configuration (none: the
+    system's) in its variables."""
+    config = "" if str(config) == SYSTEM_CONFIG else str(config)
+    return bash(ops.library() + '\npidfile=$1 config=$2 systemd=0 unit=ssh\n_hw_sshd_pid',
+                strict=True, args=[str(pidfile), config])
+
+
+def run_step(text):
+    """A step's text as apply runs it: the operations library first, its state in a tmp dir."""
+    return bash(ops.runnable(text), strict=False)
 
 
 def alive(p: subprocess.Popen) -> bool:
@@ -84,10 +94,8 @@ def test_another_program_is_named_and_never_taken_for_sshd(tmp_path, procs):
     r = sshd_pid(pidfile, SYSTEM_CONFIG)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.splitlines() == [
-        f"{pidfile} names pid {sleeper.pid} (sleep, user {ME}), which is not sshd: remove "
-        "the stale pid file or stop that program"]
-    r = sshd_pid(pidfile, SYSTEM_CONFIG, "it is left running")
-    assert r.stderr.strip().endswith("which is not sshd: it is left running")
+        f"hpcwizard: {pidfile} names pid {sleeper.pid} (sleep, user {ME}), which is not sshd: "
+        "remove the stale pid file or stop that program"]
     assert alive(sleeper)
 
 
@@ -147,24 +155,29 @@ def home(tmp_path):
     return h
 
 
-def test_the_per_user_step_fails_naming_another_program_and_leaves_it(home, procs):
+def test_the_per_user_step_fails_naming_another_program_and_leaves_it(home, procs, monkeypatch,
+                                                                     tmp_path):
+    monkeypatch.setenv("HW_STATE", str(tmp_path / "ops-state"))
     start = step(user_plan(home))
     sleeper = procs(["sleep", "300"])
     (home / ".ssh/sshd.pid").write_text(f"{sleeper.pid}\n")
-    assert bash(start.check, strict=False).returncode != 0  # not done: that is not our sshd
-    r = bash(start.run)
+    assert run_step(start.check).returncode != 0  # not done: that is not our sshd
+    r = run_step(start.run)
     assert r.returncode == 1
-    want = (f"{home}/.ssh/sshd.pid names pid {sleeper.pid} (sleep, user {ME}), which is not "
-            "sshd: remove the stale pid file or stop that program")
+    want = (f"hpcwizard: {home}/.ssh/sshd.pid names pid {sleeper.pid} (sleep, user {ME}), "
+            "which is not sshd: remove the stale pid file or stop that program")
     assert r.stdout.strip() == "" and r.stderr.strip().splitlines() == [want]
     assert alive(sleeper)
-    u = bash(start.undo)
-    assert u.returncode == 0, u.stderr
-    assert "which is not sshd: it is left running" in u.stderr
+    u = run_step(start.undo)
+    assert u.returncode == 0, u.stderr  # undo goes on, and signals nothing
+    assert want in u.stderr
     assert alive(sleeper)
 
 
-def test_the_per_user_undo_stops_that_users_sshd(home, procs, tmp_path):
+def test_undo_leaves_an_sshd_it_did_not_start(home, procs, tmp_path, monkeypatch):
+    """An sshd of the user's configuration that ran before: undo keeps it running (only one
+    this step started is stopped; tests/system/test_system_tempfiles_pids.py shows that)."""
+    monkeypatch.setenv("HW_STATE", str(tmp_path / "ops-state"))
     start = step(user_plan(home))
     exe = tmp_path / "bin" / "sshd"
     exe.parent.mkdir()
@@ -172,33 +185,37 @@ def test_the_per_user_undo_stops_that_users_sshd(home, procs, tmp_path):
     (home / ".sshd_config").write_text("Port 2222\n")
     daemon = procs([str(exe), "-f", f"{home}/.sshd_config"])
     (home / ".ssh/sshd.pid").write_text(f"{daemon.pid}\n")
-    u = bash(start.undo)
+    u = run_step(start.undo)
     assert u.returncode == 0, u.stderr
-    assert daemon.wait(timeout=10) == -signal.SIGTERM
-    assert not (home / ".ssh/sshd.pid").exists()
+    assert alive(daemon)
 
 
-def test_every_text_that_reads_a_pid_file_checks_it_first():
+def test_every_pid_file_is_read_by_the_one_function_that_checks_it():
+    """The steps are calls of hw_sshd; in the library only _hw_sshd_pid reads a pid file, and
+    every signal goes to a pid it gave."""
     root = build_plan(facts(user=ROOT), make_choices(framework="mpi", network="tcp",
                                                      mode="manual"), load_catalog())
     user = user_plan(Path("/home/alice"))
-    for plan, pidfile, config in ((root, "/run/sshd.pid", SYSTEM_CONFIG),
-                                  (user, "/home/alice/.ssh/sshd.pid", "/home/alice/.sshd_config")):
-        s = step(plan)
-        for text in (s.check, s.run, s.undo):
-            assert text.startswith(SSHD_PID_FUNCTION), s.id
-            body = text[len(SSHD_PID_FUNCTION):]
-            assert f"sshd_pid {pidfile} {config}" in body
-            assert "cat " not in body and "kill -0" not in body  # no pid read another way
-        assert 'kill -HUP "$pid"' in s.run and 'kill "$pid"' in s.undo
+    assert step(root).run == "hw_sshd --port 2222"
+    assert step(user).run == ("hw_sshd --port 2222 --config /home/alice/.sshd_config "
+                              "--pidfile /home/alice/.ssh/sshd.pid")
+    lib = ops.library()
+    reader = ops.functions("_hw_sshd_pid")
+    assert lib.count('"$pidfile"') == reader.count('"$pidfile"')
+    assert "kill -0" not in lib and "cat /run/sshd.pid" not in lib
+    for line in lib.splitlines():
+        code = line.split("#", 1)[0]  # comments aside
+        if code.strip().startswith("kill ") or " kill " in code:
+            assert '"$pid"' in code, line
 
 
 def test_the_launch_script_never_signals_and_reports_what_the_pid_file_names():
     text = launch_script(build_plan(facts(user=ROOT), make_choices(
         framework="mpi", network="tcp", mode="manual"), load_catalog()))
-    assert SSHD_PID_FUNCTION in text
-    assert "kill" not in text.replace(SSHD_PID_FUNCTION, "")
-    assert 'pid=$(sshd_pid "$pidfile" "$config" 2>&1)' in text
+    reader = ops.functions("_hw_sshd_pid")
+    assert reader in text
+    assert "kill" not in text.replace(reader, "")
+    assert "pid=$(_hw_sshd_pid 2>&1)" in text
 
 
 def test_the_launch_script_reports_a_pid_file_naming_another_program(tmp_path, procs):

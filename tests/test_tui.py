@@ -213,7 +213,7 @@ async def test_retry_after_failure_finishes_the_run(tmp_path):
 @sync
 async def test_skip_after_failure_goes_on_and_undo_still_covers_the_step(tmp_path):
     plan = _plan(bare_container(), framework="mpi", network="tcp")
-    k = next(i for i, step in enumerate(plan.steps) if i > 0 and step.undo)  # sshd-config
+    k = next(i for i, step in enumerate(plan.steps) if step.id == "ssh/sshd-config")
     runner = FakeRunner(fail=(plan.steps[k].run,), failures=5)
     app = make_app(tmp_path, runner=runner)
     async with app.run_test(size=(80, 24)) as pilot:

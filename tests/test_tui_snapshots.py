@@ -68,12 +68,21 @@ async def until(pilot, cond, timeout: float = 10.0) -> None:
         await pilot.pause(0.02)
 
 
-async def settle(pilot) -> None:
+async def settle(pilot, timeout: float = 20.0) -> None:
+    """Until the screen stops changing: layout, scrolling and scrollbars catch up with the
+    last update at the machine's own pace (a loaded CI machine is slow), so the snapshot
+    waits for the state, not for a fixed time."""
     for widget in pilot.app.screen.query(Input):
         widget.cursor_blink = False
-    await pilot.wait_for_scheduled_animations()
-    await pilot.pause(0.3)  # let layout and scrollbars catch up with the last update
-    await pilot.wait_for_scheduled_animations()
+    end = time.monotonic() + timeout
+    last, same = None, 0
+    while same < 3:
+        await pilot.wait_for_scheduled_animations()
+        await pilot.pause()
+        shot = pilot.app.export_screenshot()
+        same = same + 1 if shot == last else 0
+        last = shot
+        assert time.monotonic() < end, "the screen never settled"
 
 
 def screen_is(pilot, name: str):

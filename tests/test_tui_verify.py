@@ -46,19 +46,20 @@ async def test_after_a_run_done_verifies_this_instance(tmp_path):
     async with app.run_test(size=(80, 24)) as pilot:
         await run_to_done(pilot)
         done = app.screen
-        assert statuses(done) == {"here/sshd": "pass", "here/login": "pass"}
+        assert statuses(done) == {"here/sshd": "pass", "here/sshd-settings": "pass",
+                                  "here/ssh-settings": "pass", "here/login": "pass"}
         shown = text_of(done.query_one("#verify-results", Static))
         hint = text_of(done.query_one("#verify-hint", Static))
         assert done.query_one("#verify-hosts", Input).value == ""
     assert "Checked on: this instance only" in shown
-    assert "2 passed, 0 failed, 0 skipped" in shown
+    assert "4 passed, 0 failed, 0 skipped" in shown
     assert "sshd listens on port 2222 here" in shown
     assert "empty: this instance only" in hint
     # what ran is what `hpcwizard verify` runs: a BatchMode key login to this host
     assert any(argv[0] == "ssh" and "BatchMode=yes" in argv and "localhost" in argv
                for argv in system.calls)
     saved = Record.load(app.record.path).data["verify"]
-    assert saved["ok"] is True and saved["counts"] == {"pass": 2, "fail": 0, "skip": 0}
+    assert saved["ok"] is True and saved["counts"] == {"pass": 4, "fail": 0, "skip": 0}
     assert saved["hosts"] == [] and saved["failed"] == [] and saved["at"]
     log = app.record.log_path.read_text()
     assert "-- verify" in log and "PASS  key login to this host (BatchMode)" in log
@@ -82,7 +83,7 @@ async def test_platform_hosts_a_peer_down_then_verify_again(tmp_path, monkeypatc
         assert first["peer/node2/port"] == "fail"
         assert first["peer/node2/login"] == "skip" and first["cluster/mpirun"] == "skip"
         lines = shown.splitlines()
-        assert "6 passed, 1 failed, 2 skipped" in lines[1]
+        assert "8 passed, 1 failed, 2 skipped" in lines[1]
         assert "FAIL" in lines[2] and "node2: SSH port 2222 answers" in lines[2]  # first
         assert "ran: timeout 3 bash -c ': </dev/tcp/node2/2222'" in shown
         assert "cause: Nothing listens on the SSH port of that instance" in shown

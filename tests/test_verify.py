@@ -38,6 +38,34 @@ def test_all_pass():
     assert report.to_dict()["counts"][FAIL] == 0
 
 
+def test_mpiruns_own_warnings_are_not_taken_for_ranks():
+    """Under load plm:rsh may warn between the ranks' answers (seen with 16 instances on 2
+    cores): the check counts host names, not lines."""
+    peers = {"node1": "ok", "node2": "ok"}
+    warning = ("[node1:17232] plm:rsh: warning: setpgid(17252,17252) failed in parent with "
+               "errno=permission denied(13)\n")
+    report, c, _ = run(peers, answers={"mpirun": (0, "node1\n" + warning + "node2\n")})
+    assert c["cluster/mpirun"].status == PASS, c["cluster/mpirun"].detail
+    report, c, _ = run(peers, answers={"mpirun": (0, "node1\n" + warning)})  # a rank missing
+    assert c["cluster/mpirun"].status == FAIL
+
+
+def test_the_settings_in_effect_are_checked_not_the_files():
+    """sshd -T with passwords on (an image's earlier drop-in wins) and ssh -G with port 22
+    (an earlier Host entry wins): both fail, naming what is in effect."""
+    peers = {"node1": "ok"}
+    _, c, _ = run(peers)
+    assert c["here/sshd-settings"].status == PASS and c["here/ssh-settings"].status == PASS
+    sshd = (0, "port 22\nport 2222\npasswordauthentication yes\nkbdinteractiveauthentication no\n"
+               "pubkeyauthentication yes\npermitrootlogin yes\n")
+    _, c, _ = run(peers, answers={"sshd -T": sshd, "-G": (0, "port 22\nbatchmode yes\n")})
+    bad = c["here/sshd-settings"]
+    assert bad.status == FAIL
+    assert "passwordauthentication yes" in bad.detail and "permitrootlogin yes" in bad.detail
+    assert "port" not in bad.detail.split(",")[0]  # 2222 is among the ports: not a failure
+    assert c["here/ssh-settings"].status == FAIL and "port 22" in c["here/ssh-settings"].detail
+
+
 def test_sshd_stopped_on_node2():
     report, c, _ = run({"node1": "ok", "node2": "down", "node3": "ok"})
     assert not report.ok

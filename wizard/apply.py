@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Protocol, Sequence
 
+from . import ops
 from .diagnose import Diagnosis, diagnose
 from .record import Record, now
 
@@ -73,13 +74,20 @@ class ShellRunner:
     """Runs step text with bash. Root steps run directly as root or through 'sudo -n' (never
     a password prompt mid-run); user steps run as the target user (runuser when root)."""
 
-    def __init__(self, target_user: str, uid: Optional[int] = None):
+    def __init__(self, target_user: str, uid: Optional[int] = None,
+                 library: Optional[str] = None):
         self.target_user = target_user
         self.uid = os.geteuid() if uid is None else uid
         self.current = _current_user()
         self.child: Optional[subprocess.Popen] = None
+        # The operations every step's text may call (recipes/ops.sh), run before the text: the
+        # shipped library for a new run, the one a record kept for its undo ("" for a record
+        # made before there was one: its texts hold their own shell).
+        self.library = ops.library() if library is None else library
 
     def argv(self, as_: str, text: str, strict: bool = True) -> List[str]:
+        if self.library:
+            text = ops.runnable(text, self.library)
         bash = ["bash", "-euo", "pipefail", "-c", text] if strict else ["bash", "-c", text]
         if as_ == "root":
             return bash if self.uid == 0 else ["sudo", "-n", "--", *bash]
@@ -94,9 +102,31 @@ class ShellRunner:
         it passes, the step needs no root here (a user without sudo can still skip it)."""
         if not text.strip():
             return False
-        if as_ == "root" and self.uid != 0 and self._passes(["bash", "-c", text]):
+        if as_ == "root" and self.uid != 0 and self._passes(
+                ["bash", "-c", ops.runnable(text, self.library) if self.library else text]):
             return True
         return self._passes(self.argv(as_, text, strict=False))
+
+    def capture(self, as_: str, text: str) -> "tuple[int, str, str]":
+        """Run read-only text (a step's diff) with pipefail; its status, output and errors.
+        A root step's is tried as the current user first: reading a file seldom needs root."""
+        text = f"set -o pipefail\n{text}"
+        tries = [self.argv(as_, text, strict=False)]
+        if as_ == "root" and self.uid != 0:
+            tries.insert(0, ["bash", "-c", ops.runnable(text, self.library) if self.library else text])
+        result = (1, "", "")
+        for argv in tries:
+            try:
+                proc = subprocess.run(argv, cwd="/", stdin=subprocess.DEVNULL, capture_output=True,
+                                      timeout=CHECK_TIMEOUT, env=_child_env())
+            except (subprocess.TimeoutExpired, OSError) as exc:
+                result = (1, "", str(exc))
+                continue
+            result = (proc.returncode, proc.stdout.decode("utf-8", "replace"),
+                      proc.stderr.decode("utf-8", "replace"))
+            if proc.returncode == 0:
+                break
+        return result
 
     @staticmethod
     def _passes(argv: List[str]) -> bool:

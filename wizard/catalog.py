@@ -14,14 +14,14 @@ from .compat import tomllib
 # The values a recipe may use; plan.py supplies each, already validated.
 PLACEHOLDERS = frozenset({"ssh_port", "user", "group", "home", "peers", "host_key",
                           "ucx_url", "ucx_file", "ucx_sha256", "nccl_conf",
-                          "sshd_pid_function"})
+                          "peer_sample", "apt_lock_timeout"})
 # The facts and choices a step may depend on; plan.py evaluates each.
 CONDITIONS = frozenset({
     "target_root", "target_user", "host_keys_pinned", "host_keys_off",
     "systemd", "no_systemd", "family_debian", "family_rhel",
     "ucx_distro", "ucx_url",
 })
-KINDS = ("shell", "file", "block", "dropin")
+KINDS = ("shell", "file", "block", "dropin", "op")
 FRAMEWORKS = ("mpi", "pytorch")
 NETWORKS = ("tcp", "ib")
 PACKAGE_MANAGERS = ("apt", "dnf", "yum")
@@ -53,6 +53,9 @@ class StepSpec:
     content_cmd: str = ""
     mode: str = "0644"
     position: str = "end"  # block: where a new block goes, "top" or "end" of the file
+    in_effect: str = ""  # file/block/dropin: the command that reports the settings in effect
+    on_change: str = ""  # file/block/dropin: what follows a change made or taken back
+    call: str = ""  # op: one call of an operation of recipes/ops.sh (hw_sshd --port ...)
     i18n: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # {"zh": {"title": ...}}
 
 
@@ -222,7 +225,8 @@ def _step(name: str, index: int, data: dict) -> StepSpec:
     spec = StepSpec(
         id=sid, title=str(data.get("title", "")), as_=as_, kind=kind, when=when,
         **{k: str(data[k]) for k in ("check", "run", "undo", "note", "validate", "path",
-                                     "fallback", "include", "content", "content_cmd", "mode", "position")
+                                     "fallback", "include", "content", "content_cmd", "mode",
+                                     "position", "in_effect", "on_change", "call")
            if k in data},
         i18n=_i18n(data),
     )
@@ -235,23 +239,31 @@ def _step(name: str, index: int, data: dict) -> StepSpec:
             raise RecipeError(f"{where}: missing 'run'")
         if not spec.undo.strip() and not spec.note.strip():
             raise RecipeError(f"{where}: changes the system but has neither 'undo' nor 'note'")
-        if spec.validate:
-            raise RecipeError(f"{where}: 'validate' belongs to file, block and dropin steps")
+        if spec.validate or spec.call:
+            raise RecipeError(f"{where}: 'validate' and 'call' belong to file, block, dropin and op steps")
+    elif kind == "op":
+        # one call of the library: its check, undo and diff are the same call in those modes
+        from .ops import OPERATIONS
+
+        if spec.check or spec.run or spec.undo or spec.path:
+            raise RecipeError(f"{where}: kind 'op' is one 'call'; its check, run and undo come from it")
+        if "\n" in spec.call.strip() or spec.call.split(" ", 1)[0] not in OPERATIONS:
+            raise RecipeError(f"{where}: 'call' must be one line calling one of {', '.join(OPERATIONS)}")
     else:
         if not spec.path:
             raise RecipeError(f"{where}: kind {kind!r} needs 'path'")
         if not spec.content and not spec.content_cmd:
             raise RecipeError(f"{where}: kind {kind!r} needs 'content' or 'content_cmd'")
-        if spec.check or spec.run or spec.undo:
+        if spec.check or spec.run or spec.undo or spec.call:
             raise RecipeError(f"{where}: kind {kind!r} renders its own check, run and undo")
         if spec.position not in ("top", "end"):
             raise RecipeError(f"{where}: position must be 'top' or 'end'")
-        if kind == "dropin" and not (spec.fallback and spec.include):
-            raise RecipeError(f"{where}: kind 'dropin' needs 'fallback' and 'include'")
+        if kind == "dropin" and not spec.fallback:
+            raise RecipeError(f"{where}: kind 'dropin' needs 'fallback'")
         if not re.match(r"^0[0-7]{3}$", spec.mode):
             raise RecipeError(f"{where}: mode {spec.mode!r} must be octal like 0644")
     for key in ("check", "run", "undo", "validate", "path", "fallback", "content", "content_cmd",
-                "title", "note"):
+                "title", "note", "in_effect", "on_change", "call"):
         for ph in _PLACEHOLDER.findall(getattr(spec, key)):
             if ph not in PLACEHOLDERS:
                 raise RecipeError(f"{where}: unknown placeholder {{{{{ph}}}}} in '{key}'")

@@ -225,11 +225,17 @@ def cmd_detect(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from .report import format_plan
+    from .report import file_diffs, format_plan
 
     _facts_here, plan = _plan(args)
     if args.json:
         print(json.dumps(plan.to_dict(), indent=2, ensure_ascii=False))
+    elif args.sysroot == "/":
+        from .apply import ShellRunner
+
+        # the diffs against this machine's files, read-only (a sysroot's files are not ours
+        # to run the operations on)
+        print(format_plan(plan, diffs=file_diffs(plan, ShellRunner(plan.target.user))))
     else:
         print(format_plan(plan))
     return EXIT_OK
@@ -327,8 +333,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if out.is_dir():
         raise BadInput(_("{path} is a directory: give a file name").format(path=out))
-    if os.path.lexists(out) and not stat.S_ISREG(os.lstat(out).st_mode):
-        # a FIFO, a device or a link: renaming over it would lose what it is
+    if os.path.lexists(out) and not (stat.S_ISREG(os.lstat(out).st_mode)
+                                     or stat.S_ISLNK(os.lstat(out).st_mode)):
+        # a FIFO or a device: renaming over it would lose what it is (a link is replaced
+        # by the file, never written through)
         raise BadInput(_("{path} is not a regular file: give the name of a file to write").format(
             path=out))
     if not out.parent.is_dir():
@@ -363,7 +371,8 @@ def cmd_undo(args: argparse.Namespace) -> int:
     _terminate_as_interrupt()
     with run_lock(machine=any(s["as"] == "root" for s in done)):
         try:
-            status = undo_record(record, ShellRunner(record.data["target"]["user"]), ConsoleSink())
+            status = undo_record(record, ShellRunner(record.data["target"]["user"],
+                                                      library=record.library), ConsoleSink())
         except OSError as exc:
             return _record_failed(record, exc)
     return {"undone": EXIT_OK, "interrupted": EXIT_INTERRUPTED}.get(status, EXIT_FAILED)

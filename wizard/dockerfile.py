@@ -58,11 +58,12 @@ def uses_preset(plan: Plan) -> bool:
 
 def image_plan(plan: Plan) -> Plan:
     """The plan as a fresh image needs it (see the module's docstring)."""
-    steps = [s for s in plan.steps
-             if s.id != "packages/install" and not s.id.endswith("/sshd-start")]
+    # by what a step does, not by its name: no sshd is started in a build (the image's CMD
+    # starts it), and the packages are planned afresh for an image built from scratch
+    steps = [s for s in plan.steps if s.operation not in ("hw_packages", "hw_sshd")]
     pm = package_manager_of(plan)
     if not uses_preset(plan) and pm and plan.packages_wanted:
-        old = next((s for s in plan.steps if s.id == "packages/install"), None)
+        old = next((s for s in plan.steps if s.operation == "hw_packages"), None)
         step = install_step(pm, plan.packages_wanted, {}, old.why if old else "")
         if step is not None:
             steps.insert(0, step)

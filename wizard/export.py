@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from typing import List
 
-from . import __version__
+from . import __version__, ops
 from .i18n import _, comment, field
 from .plan import Plan
 from .dockerfile import dockerfile
@@ -30,14 +30,16 @@ as_user() {
   fi
 }
 
+# Each step runs in a bash of its own, as root or as the job's user: the operations library
+# (HW_OPS, below) first, then the step's call.
 run_step() {
   local n=$1 as=$2 title=$3 check=$4 run=$5
-  if "as_$as" bash -c "$check" >/dev/null 2>&1; then
+  if "as_$as" bash -c "$HW_OPS"$'\n'"$check" >/dev/null 2>&1; then
     echo "[$n] $title: already done"
     return 0
   fi
   echo "[$n] $title"
-  "as_$as" bash -euo pipefail -c "$run"
+  "as_$as" bash -euo pipefail -c "$HW_OPS"$'\n'"$run"
 }
 
 undo_step() {
@@ -47,7 +49,7 @@ undo_step() {
     return 0
   fi
   echo "[$n] undo: $title"
-  "as_$as" bash -euo pipefail -c "$undo"
+  "as_$as" bash -euo pipefail -c "$HW_OPS"$'\n'"$undo"
 }
 '''
 
@@ -74,6 +76,10 @@ def setup_script(plan: Plan) -> str:
     if c.host_keys == "off":
         out.append(comment(_("WARNING: host keys are not checked (--host-keys off).")))
     out.append(_PRELUDE.replace("__TARGET__", shlex.quote(plan.target.user)))
+    out.append(comment(_("The operations library (hpcwizard's recipes/ops.sh, sha256 {sha}): "
+                         "each step below is one call of it.").format(sha=ops.checksum()[:16])))
+    out += _text("HW_OPS", ops.library().rstrip("\n"))
+    out.append("")
     calls, undos = [], []
     for n, step in enumerate(plan.steps, 1):
         out.append(comment(f"[{n}] {step.id}: {field(step, 'title')}"))

@@ -22,7 +22,8 @@ from typing import List
 
 from . import __version__
 from .i18n import _, comment
-from .plan import SSHD_PID_FUNCTION, Plan
+from . import ops
+from .plan import Plan
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -220,16 +221,17 @@ log "hosts from $SOURCE: ${NAMES[*]} (this is $ME, rank $RANK of $N)"
 
 port_open() { timeout 2 bash -c ": </dev/tcp/$1/$2" 2>/dev/null; }
 
-__SSHD_PID_FUNCTION__
+__OPS_FUNCTIONS__
 
 start_sshd() {
-  local i pid pidfile=/run/sshd.pid config=/etc/ssh/sshd_config
+  local i pid pidfile=/run/sshd.pid config='' systemd=0 unit=ssh
   if [ "$(id -u)" -ne 0 ]; then pidfile=$HOME/.ssh/sshd.pid config=$HOME/.sshd_config; fi
   if port_open 127.0.0.1 "$PORT"; then
     # Used as it is, never signalled: the pid file only says whether it is that sshd.
-    if pid=$(sshd_pid "$pidfile" "$config" 2>&1); then
+    if pid=$(_hw_sshd_pid 2>&1); then
       log "sshd (pid $pid) already listens on port $PORT"
     else
+      pid=${pid#hpcwizard: }
       log "port $PORT already answers; ${pid:-$pidfile names no running sshd}"
     fi
     return 0
@@ -386,7 +388,8 @@ def launch_script(plan: Plan) -> str:
                          "already).")))
     out.append("LAUNCH_ENV=(" + " ".join(shlex.quote(k) for k, _v in env if k not in passed) + ")")
     out.append("MPIRUN_ARGS=(" + " ".join(shlex.quote(a) for a in plan.mpirun_args) + ")")
-    out.append(_BODY.strip("\n").replace("__SSHD_PID_FUNCTION__", SSHD_PID_FUNCTION))
+    out.append(_BODY.strip("\n").replace("__OPS_FUNCTIONS__", ops.functions(
+        "_hw_say", "_hw_sshd_pid")))
     out.append((_MPI if c.framework == "mpi" else _TORCH).rstrip("\n"))
     out.append("")
     text = "\n".join(out)

@@ -3,14 +3,13 @@ recommendation (preset image or configure here, with reasons), then the ordered 
 their exact shell text. Nothing here touches the system."""
 from __future__ import annotations
 
-import hashlib
 import os
 import pwd
 import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from . import render
+from . import ops
 from .catalog import Catalog, Preset, Recipe, StepSpec, substitute
 from .choices import Choices
 from .facts import Facts, OsInfo
@@ -18,35 +17,7 @@ from .i18n import N_, _, pick, translations
 from .inputs import ascii_int
 from .validate import BadInput, package_file_name
 
-STATE_DIR = "/var/lib/hpcwizard"  # what a system step must remember for its undo
 _HOME = re.compile(r"^/[A-Za-z0-9._/-]*$")
-
-# A pid file is not trusted: a process is signalled only when it is the sshd the plan
-# configures. Recipes put this function in each text that reads a pid file
-# ({{sshd_pid_function}}); the launch script embeds it too.
-SSHD_PID_FUNCTION = r"""# sshd_pid PIDFILE CONFIG [ADVICE]: the pid in PIDFILE if it is this user's sshd of CONFIG
-# (its -f; none: /etc/ssh/sshd_config); else status 1 (no such process) or 2 (another: said).
-sshd_pid() {
-  local pid='' exe prog cmd f=/etc/ssh/sshd_config what=sshd
-  if [ -f "$1" ]; then pid=$(head -c 20 "$1"); fi
-  [[ $pid =~ ^[0-9]+$ ]] && [ -d "/proc/$pid" ] || return 1
-  exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || exe=''
-  exe=${exe% (deleted)}
-  cmd=" $(tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline") "
-  case $cmd in *" -f "*) f=${cmd##* -f }; f=${f%% *} ;; esac
-  if [ "${exe##*/}" = sshd ] && [ "$(stat -c %u "/proc/$pid" 2>/dev/null)" = "$(id -u)" ] \
-     && [ "$f" = "$2" ]; then
-    echo "$pid"
-    return 0
-  fi
-  prog=${exe##*/}
-  [ -n "$prog" ] || prog=$(cat "/proc/$pid/comm" 2>/dev/null)
-  [ "$prog" != sshd ] || what="the sshd of $2"
-  echo "$1 names pid $pid (${prog:-?}, user $(stat -c %U "/proc/$pid" 2>/dev/null))," \
-    "which is not $what: ${3:-remove the stale pid file or stop that program}" >&2
-  return 2
-}"""
-
 
 @dataclass(frozen=True)
 class Target:
@@ -77,6 +48,17 @@ class Step:
     packages: Tuple[str, ...] = ()  # the packages step only
     satisfied: bool = False  # the facts already show it done here: it needs no privilege here
     i18n: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+    @property
+    def operation(self) -> str:
+        """The operation of recipes/ops.sh the step calls ('hw_sshd', ...); '' for shell."""
+        return ops.operation(self.run) if self.kind != "shell" else ""
+
+    @property
+    def diff(self) -> str:
+        """The text that prints, read-only, the unified diff the step would make ('' for a
+        shell step)."""
+        return ops.diffed(self.run) if self.operation else ""
 
     def to_dict(self) -> Dict[str, Any]:
         return {"id": self.id, "recipe": self.recipe, "title": self.title, "as": self.as_,
@@ -187,7 +169,14 @@ def _values(choices: Choices, target: Target, facts: Optional[Facts] = None) -> 
     return {"ssh_port": str(choices.ssh_port), "user": target.user, "group": target.group,
             "home": target.home, "peers": choices.peers, "host_key": host_key,
             "ucx_url": choices.ucx_url, "ucx_file": ucx_file, "ucx_sha256": choices.ucx_sha256,
-            "nccl_conf": nccl_conf, "sshd_pid_function": SSHD_PID_FUNCTION}
+            "nccl_conf": nccl_conf, "peer_sample": peer_sample(choices.peers),
+            "apt_lock_timeout": str(apt_lock_timeout())}
+
+
+def peer_sample(pattern: str) -> str:
+    """A host name the peers pattern matches ('job-*' -> 'job-hpcwizard-peer'): the host
+    'ssh -G' is asked about, to see the client settings in effect for the job's peers."""
+    return pattern.replace("*", "hpcwizard-peer").replace("?", "x")
 
 
 def package_manager(facts: Facts) -> str:
@@ -230,8 +219,9 @@ def apt_lock_timeout() -> int:
 
 def install_step(pm: str, wanted: Tuple[str, ...], installed: Optional[Mapping[str, str]],
                  why: str = "", why_zh: str = "") -> Optional[Step]:
-    """The packages step for pm: install what of wanted is not in installed (None: unknown,
-    so all of it), undo removing only those."""
+    """The packages step for pm: one hw_packages call naming what of wanted is not in
+    installed (None: unknown, so all of it). hw_packages writes down what its transaction
+    newly installs and its undo takes back only that (recipes/ops.sh)."""
     if not wanted:
         return None
     missing = [p for p in wanted if installed is None or p not in installed]
@@ -240,82 +230,13 @@ def install_step(pm: str, wanted: Tuple[str, ...], installed: Optional[Mapping[s
     satisfied = not missing
     if satisfied:
         missing = list(wanted)
-    names = " ".join(missing)
-    # What apt/dnf newly installs, dependencies included, is written down at run time so
-    # that undo removes exactly that: not less (the dependencies), not more (what was there).
-    listed = f"{STATE_DIR}/packages-{hashlib.sha256(names.encode()).hexdigest()[:12]}.list"
-    if pm == "apt":
-        # Installed in any state (iT, iW: triggers pending count too): a package whose
-        # triggers ran during the install must not look newly installed.
-        query = "dpkg-query -W -f='${db:Status-Abbrev} ${Package}\\n' | awk '$1 ~ /^.[^nc]/ {print $2}' | sort"
-        # Done when every package is installed and dpkg has nothing half done (a run killed
-        # in apt's triggers leaves a dependency half configured: the step runs to repair it).
-        check = ("for p in " + names + "; do\n"
-                 "  dpkg-query -W -f='${db:Status-Abbrev}' \"$p\" 2>/dev/null | grep -q '^ii' || exit 1\n"
-                 "done\n"
-                 "[ -z \"$(dpkg --audit 2>/dev/null)\" ]")
-        lock = f"-o DPkg::Lock::Timeout={apt_lock_timeout()}"
-        repair = [
-            "export DEBIAN_FRONTEND=noninteractive",
-            "# An install a killed run left half done is finished first (idempotent).",
-            "if [ -n \"$(dpkg --audit 2>/dev/null)\" ]; then dpkg --configure -a; fi",
-        ]
-        # apt-get update exits 0 when no mirror answers (before apt 2.1's --error-on=any,
-        # which older releases lack): a run that fetched nothing stops here, saying so.
-        prepare = "\n".join([
-            *repair,
-            "updated=$(mktemp); trap 'rm -f \"$updated\"' EXIT",
-            f"apt-get {lock} update 2>&1 | tee \"$updated\"",
-            "if ! grep -qE '^(Hit|Get):' \"$updated\"; then",
-            "  echo 'hpcwizard: apt-get update could not reach any package mirror' >&2; exit 1",
-            "fi",
-        ])
-        install = f"apt-get {lock} install -y --no-install-recommends " + names
-        remove = f"apt-get {lock} purge -y"
-    else:
-        query = "rpm -qa --qf '%{NAME}\\n' | sort -u"
-        check = "rpm -q " + names + " >/dev/null"
-        repair = prepare = []
-        install = f"{pm} install -y " + names
-        remove = f"{pm} remove -y"
-    # The list of what was there before is kept until the install is over: after a run
-    # that was killed half-way, the next run (and undo) still know what was there first.
-    before = f"{listed}.before"
-    run = "\n".join([
-        *([prepare] if prepare else []),  # a failure here has changed nothing
-        f"install -d -m 0755 {STATE_DIR}",
-        f"[ -e {before} ] || {{ {query} > {before}.tmp; mv -f {before}.tmp {before}; }}",
-        install,
-        f"{{ if [ -e {listed} ]; then cat {listed}; fi; {query} | comm -13 {before} -; }} "
-        f"| sort -u > {listed}.tmp",
-        f"mv -f {listed}.tmp {listed}",
-        f"rm -f {before}",
-    ])
-    undo = "\n".join([
-        *repair,
-        f"if [ -e {before} ]; then  # a run was stopped half-way: what it installed so far",
-        f"  {{ if [ -e {listed} ]; then cat {listed}; fi; {query} | comm -13 {before} -; }} "
-        f"| sort -u > {listed}.tmp",
-        f"  mv -f {listed}.tmp {listed}",
-        f"  if [ -s {listed} ]; then xargs -r {remove} < {listed}; fi",
-        f"elif [ -s {listed} ]; then xargs -r {remove} < {listed}; else {remove} {names}; fi",
-        f"rm -f {listed} {before}",
-        f"rmdir --ignore-fail-on-non-empty {STATE_DIR} 2>/dev/null || true",
-    ])
-    # Installing nothing it may remove, undo only takes back the step's own lists (a run
-    # repairing dpkg, or killed half-way, leaves them).
-    cleanup = "\n".join([f"rm -f {listed} {before}",
-                         f"rmdir --ignore-fail-on-non-empty {STATE_DIR} 2>/dev/null || true"])
-    if installed is None:
-        note = N_("Could not tell which packages were installed before: undo removes none of "
-                  "them.")
-        undo = cleanup
-    elif satisfied:
+    call = ops.packages_call(pm, missing, apt_lock_timeout() if pm == "apt" else None)
+    if satisfied:
         note = N_("All of them are installed here already: undo removes none of them.")
-        undo = cleanup
     else:
-        note = N_("Undo removes these packages and the dependencies installed with them, "
-                  "nothing that was there before; upgrades made on the way are kept.")
+        note = N_("Undo removes what this install newly installed, dependencies included, "
+                  "and nothing that was there before: a package removed but not purged gets "
+                  "its configuration back, and one another package came to need is kept.")
     title = N_("Install {n} packages with {pm}")
     zh = translations("zh")
     # The step's texts stay English (records, exports' commands); each language's beside them.
@@ -323,28 +244,46 @@ def install_step(pm: str, wanted: Tuple[str, ...], installed: Optional[Mapping[s
                    "note": zh.gettext(note), "why": why_zh}}
     return Step(
         id="packages/install", recipe="packages", title=title.format(n=len(missing), pm=pm),
-        as_="root", kind="shell", check=check, run=run, undo=undo, note=note,
-        why=why, packages=tuple(missing), satisfied=satisfied,
-        i18n=i18n,
+        as_="root", kind="op", check=ops.checked(call), run=call, undo=ops.undo_call(call),
+        note=note, why=why, packages=tuple(missing), satisfied=satisfied, i18n=i18n,
     )
 
 
 def _step(recipe: Recipe, spec: StepSpec, values: Mapping[str, str]) -> Step:
     sub = {k: substitute(getattr(spec, k), values) for k in (
         "title", "check", "run", "undo", "note", "validate", "path", "fallback",
-        "content", "content_cmd")}
-    r = render.render(spec.kind, path=sub["path"], fallback=sub["fallback"], include=spec.include,
-                      content=sub["content"], content_cmd=sub["content_cmd"], mode=spec.mode,
-                      position=spec.position, validate=sub["validate"], check=sub["check"],
-                      run=sub["run"], undo=sub["undo"])
+        "content", "content_cmd", "in_effect", "on_change", "call")}
+    if spec.kind == "shell":
+        check, run, undo = sub["check"].strip(), sub["run"].strip(), sub["undo"].strip()
+    else:
+        run = _call(spec, sub)
+        check, undo = ops.checked(run), ops.undo_call(run)
     i18n = {lang: {k: substitute(v, values) for k, v in texts.items()}
             for lang, texts in spec.i18n.items()}
     for lang, texts in recipe.i18n.items():  # the recipe's why, in each language
         if texts.get("why"):
             i18n.setdefault(lang, {}).setdefault("why", texts["why"])
     return Step(id=f"{recipe.id}/{spec.id}", recipe=recipe.id, title=sub["title"], as_=spec.as_,
-                kind=spec.kind, check=r.check, run=r.run, undo=r.undo, note=sub["note"],
+                kind=spec.kind, check=check, run=run, undo=undo, note=sub["note"],
                 why=recipe.why, i18n=i18n)
+
+
+def _call(spec: StepSpec, sub: Mapping[str, str]) -> str:
+    """A step of kind file, block, dropin or op as one call of the operations library."""
+    common = dict(content_cmd=sub["content_cmd"], validate=sub["validate"].strip(),
+                  in_effect=sub["in_effect"].strip(), on_change=sub["on_change"].strip())
+    if spec.kind == "file":
+        return ops.file_call(sub["path"], sub["content"], spec.mode, **common)
+    if spec.kind == "block":
+        return ops.block_call(sub["path"], sub["content"], spec.mode,
+                              top=spec.position == "top", **common)
+    if spec.kind == "dropin":
+        return ops.dropin_call(sub["path"], sub["fallback"], spec.include, sub["content"],
+                               spec.mode, **common)
+    call = sub["call"].strip()
+    if sub["content"].strip() or sub["content_cmd"].strip():
+        return ops.with_contents(call, sub["content"], sub["content_cmd"])
+    return call
 
 
 # --- the recommendation ---------------------------------------------------------------------

@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Optional
 
 import tomli_w
 
-from . import __version__
+from . import __version__, ops
 from .compat import tomllib
 from .i18n import _
 from .inputs import RECORD_LIMIT, read_bytes
@@ -354,6 +354,9 @@ class Record:
                                "reasons": list(plan.recommendation.reasons)},
             "steps": [dict(s.to_dict(), status="pending", started="", ended="", exit_code=-1,
                            seconds=0.0, diagnosis="") for s in plan.steps],
+            # the operations the steps call, as they ran: undo uses these, not the ones a
+            # later hpcwizard ships
+            "ops": {"sha256": ops.checksum(), "library": ops.library()},
         }
         record = cls(path, data, new=True, auto=auto)
         record._wanted = wanted
@@ -392,6 +395,11 @@ class Record:
             raise BadInput(_("record {path} is incomplete (truncated or edited): missing "
                              "steps, choices or target").format(path=path))
         _check_fields(path, data)
+        library = data.get("ops", {}).get("library", "") if isinstance(data.get("ops"), dict) else None
+        if "ops" in data and (not isinstance(library, str)
+                              or data["ops"].get("sha256") != ops.checksum(library)):
+            raise BadInput(_("record {path}: its operations library does not match its sha256: "
+                             "it was edited or is not an hpcwizard record").format(path=path))
         # An older record may lack what newer ones carry: the defaults stand in.
         data.setdefault("log", str(path.with_suffix(".log")))
         data.setdefault("status", "")
@@ -401,6 +409,12 @@ class Record:
         return cls(path, data)
 
     # --- updates --------------------------------------------------------------------------
+
+    @property
+    def library(self) -> str:
+        """The operations library the record's steps ran with ('' for a record made before
+        there was one: its texts hold their own shell)."""
+        return self.data.get("ops", {}).get("library", "")
 
     @property
     def log_path(self) -> Path:
@@ -430,11 +444,11 @@ class Record:
         anything there (RecordExists; a default name moves on to a free one); later saves
         replace that file."""
         if not self._new:
-            write_private(self.path, tomli_w.dumps(self.data).encode("utf-8"))
+            write_private(self.path, tomli_w.dumps(self.data, multiline_strings=True).encode("utf-8"))
             return
         while True:
             try:
-                write_private(self.path, tomli_w.dumps(self.data).encode("utf-8"),
+                write_private(self.path, tomli_w.dumps(self.data, multiline_strings=True).encode("utf-8"),
                               exclusive=True)
                 break
             except FileExistsError:

@@ -2,9 +2,10 @@
 own widgets from the same Plan and events."""
 from __future__ import annotations
 
+import re
 import sys
 import textwrap
-from typing import List, Sequence, TextIO
+from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO
 
 from .apply import RunFinished, StepFinished, StepOutput, StepStarted
 from .i18n import N_, _, field
@@ -26,7 +27,15 @@ def format_recommendation(plan: Plan) -> str:
     return "\n".join(lines)
 
 
-def format_plan(plan: Plan, brief: bool = False) -> str:
+# The operations whose change is a file's: their diff is shown before anything runs.
+FILE_OPERATIONS = ("hw_file", "hw_block", "hw_dropin", "hw_sshd_config")
+
+
+
+def format_plan(plan: Plan, brief: bool = False, diffs: Optional[Mapping[str, str]] = None) -> str:
+    """The plan as a person reviews it: each step's one call (or, for a shell step, its
+    commands, the check that tells it is done, its undo), its note, and, when `diffs` has one
+    for the step, the unified diff it would make to the files as they are now."""
     c = plan.choices
     out: List[str] = [
         _("hpcwizard plan: {framework} over {network} on {os}").format(
@@ -41,24 +50,58 @@ def format_plan(plan: Plan, brief: bool = False) -> str:
     for w in plan.warnings:
         out.append(_("WARNING: {warning}").format(warning=w))
     out.append("")
+    if not brief and any(s.operation for s in plan.steps):
+        out.append(_("A step that is one call (hw_...) runs hpcwizard's operations (recipes/ops.sh): "
+                     "it checks first and changes only what is missing; undo runs the same call "
+                     "and takes back only what it gave."))
+        if diffs and any(s.operation == "hw_packages" and not s.satisfied for s in plan.steps):
+            out.append(_("The diffs are against the files as they are now, before the packages "
+                         "are installed (a package may bring a file of its own first)."))
+        out.append("")
     for n, step in enumerate(plan.steps, 1):
         who = _("as {user}").format(user="root" if step.as_ == "root" else plan.target.user)
         out.append(f"[{n}/{len(plan.steps)}] {field(step, 'title')}  ({step.id}, {who})")
         if brief:
             continue
-        out.append(_("    run:"))
-        out.append(_indent(step.run))
-        out.append(_("    done when:"))
-        out.append(_indent(step.check))
-        if step.undo:
-            out.append(_("    undo:"))
-            out.append(_indent(step.undo))
+        if step.operation:
+            out.append(_indent(step.run))
+        else:
+            out.append(_("    run:"))
+            out.append(_indent(step.run))
+            out.append(_("    done when:"))
+            out.append(_indent(step.check))
+            if step.undo:
+                out.append(_("    undo:"))
+                out.append(_indent(step.undo))
+        diff = (diffs or {}).get(step.id, "")
+        if diff:
+            out.append(_indent(diff.rstrip("\n")))
         if step.note:
             out.append(_("    note: {note}").format(note=field(step, "note")))
         out.append("")
     if not plan.steps:
         out.append(_("Nothing to do on this machine."))
     return "\n".join(out).rstrip() + "\n"
+
+
+def file_diffs(plan: Plan, runner: Any) -> Dict[str, str]:
+    """For each step that changes a file, the unified diff against the file as it is now,
+    computed read-only by the step's own call in diff mode (runner.capture). A step whose
+    files cannot be read here says so instead."""
+    out: Dict[str, str] = {}
+    for step in plan.steps:
+        if step.operation not in FILE_OPERATIONS:
+            continue
+        code, text, errors = runner.capture(step.as_, step.diff)
+        if code != 0 or errors.strip():
+            # e.g. contents read from a key an earlier step makes: known only when it runs
+            last = errors.strip().splitlines()[-1] if errors.strip() else ""
+            last = re.sub(r"^bash: line [0-9]+: ", "", last)
+            out[step.id] = _("(no diff before the run: {error})").format(
+                error=last or _("exit status {code}").format(code=code))
+        elif text.strip():
+            out[step.id] = text
+    return out
 
 
 def format_dry_run(plan: Plan, done: Sequence[bool]) -> str:

@@ -320,6 +320,76 @@ def check_sshd(ctx: _Ctx) -> Check:
                   fallback="ssh-refused", t0=t0)
 
 
+# What sshd must have in effect: keys only, root by key at most. sshd -T names
+# prohibit-password "without-password" before OpenSSH 7.0 and after, depending on the build.
+_SSHD_PROMISE = (("passwordauthentication", ("no",)), ("kbdinteractiveauthentication", ("no",)),
+                 ("pubkeyauthentication", ("yes",)),
+                 ("permitrootlogin", ("prohibit-password", "without-password", "no")))
+
+
+def effective(text: str) -> Dict[str, List[str]]:
+    """'key value' lines (sshd -T, ssh -G) -> key: every value, in order."""
+    out: Dict[str, List[str]] = {}
+    for line in text.splitlines():
+        key, _sep, value = line.strip().partition(" ")
+        if key:
+            out.setdefault(key.lower(), []).append(value.strip().lower())
+    return out
+
+
+def check_sshd_settings(ctx: _Ctx) -> Check:
+    """What sshd really uses (sshd -T), not what a file says: an earlier drop-in's value wins
+    in sshd, so a file can say 'PasswordAuthentication no' while passwords are on."""
+    title = _("sshd in effect: port {port}, keys only").format(port=ctx.port)
+    if ctx.plan.target.is_root:
+        if ctx.sys.uid() != 0:
+            return _skip("here/sshd-settings", title, _("sshd -T needs root"))
+        argv: Tuple[str, ...] = ("/usr/sbin/sshd", "-T")
+    else:
+        if ctx.cannot_act_as:
+            return _skip("here/sshd-settings", title, ctx.cannot_act_as)
+        argv = (*ctx.as_target, "/usr/sbin/sshd", "-T", "-f", f"{ctx.plan.target.home}/.sshd_config")
+    t0 = time.monotonic()
+    r = ctx.sys.run(argv, timeout=10)
+    got = effective(r.out) if r.ok else {}
+    wrong = [f"{k} {' '.join(got.get(k, ['?']))}" for k, allowed in _SSHD_PROMISE
+             if got.get(k, [""])[0] not in allowed]
+    if r.ok and str(ctx.port) not in got.get("port", []):
+        wrong.insert(0, f"port {' '.join(got.get('port', ['?']))}")
+    ok = r.ok and not wrong
+    return _check("here/sshd-settings", title, r, ok,
+                  detail=(_("port {port}, passwords and keyboard-interactive off").format(
+                      port=ctx.port) if ok else ", ".join(wrong) or r.last_line()),
+                  plain=_("sshd does not use the settings hpcwizard wrote ({wrong}): another "
+                          "file sets them first (sshd keeps the first value it reads). Run "
+                          "'hpcwizard apply' again: it names the file.").format(
+                      wrong=", ".join(wrong) or r.last_line()),
+                  t0=t0)
+
+
+def check_client_settings(ctx: _Ctx) -> Check:
+    """What ssh really uses for the job's peers (ssh -G), as the job's user."""
+    from .plan import peer_sample
+
+    host = peer_sample(ctx.plan.choices.peers)
+    title = _("ssh in effect for {host}: port {port}, no prompts").format(host=host, port=ctx.port)
+    if ctx.cannot_act_as:
+        return _skip("here/ssh-settings", title, ctx.cannot_act_as)
+    t0 = time.monotonic()
+    r = ctx.sys.run((*ctx.as_target, "ssh", "-G", host), timeout=10)
+    got = effective(r.out) if r.ok else {}
+    wrong = [f"{k} {' '.join(got.get(k, ['?'])[:1])}" for k, want in (
+        ("port", str(ctx.port)), ("batchmode", "yes")) if got.get(k, [""])[0] != want]
+    ok = r.ok and not wrong
+    return _check("here/ssh-settings", title, r, ok,
+                  detail=(_("port {port}, batchmode yes").format(port=ctx.port) if ok else
+                          ", ".join(wrong) or r.last_line()),
+                  plain=_("ssh does not use the settings hpcwizard wrote for {host} ({wrong}): "
+                          "an earlier 'Host' entry in ~/.ssh/config or /etc/ssh/ssh_config sets "
+                          "them first.").format(host=host, wrong=", ".join(wrong) or r.last_line()),
+                  t0=t0)
+
+
 def check_self_login(ctx: _Ctx) -> Check:
     title = _("key login to this host (BatchMode)")
     if ctx.cannot_act_as:
@@ -488,6 +558,8 @@ def local_checks(ctx: _Ctx) -> List[Check]:
     out: List[Check] = []
     if ctx.framework == "mpi" or ctx.plan.recommendation.path != "preset":
         out.append(check_sshd(ctx))
+        if ctx.framework == "mpi":  # the settings hpcwizard wrote: only MPI plans write them
+            out += [check_sshd_settings(ctx), check_client_settings(ctx)]
         out.append(check_self_login(ctx))
     if ctx.network == "ib":
         if ctx.framework == "mpi":
@@ -581,13 +653,18 @@ def _mpirun_base(ctx: _Ctx, hostfile: str, np: int) -> List[str]:
     return argv
 
 
+_HOST_LINE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})")
+
+
 def check_mpirun(ctx: _Ctx, hosts: Hosts) -> Check:
     t0 = time.monotonic()
     n = len(hosts.names)
     hf = ctx.write_temp("hostfile", "\n".join(f"{h} slots=1" for h in hosts.names) + "\n")
     argv = _mpirun_base(ctx, hf, n) + ["--map-by", "node", "hostname"]
     r = ctx.sys.run(argv, timeout=JOB_TIMEOUT)
-    names = [ln.strip() for ln in r.lines() if ln.strip()] if r.ok else []
+    # one host name a line; anything else is mpirun's own chatter (a setpgid warning of
+    # plm:rsh under load, say), not a rank's answer
+    names = [ln.strip() for ln in r.lines() if _HOST_LINE.fullmatch(ln.strip())] if r.ok else []
     got = sorted({_short(x) for x in names})
     want = sorted({_short(x) for x in hosts.names})
     ok = r.ok and len(names) == n and got == want

@@ -15,7 +15,7 @@ from typing import Dict, Iterator, List, Optional, Sequence
 from test_apply_mpi_tcp import PACKAGES, show, wizard_exe  # noqa: F401  (re-exported)
 
 # Sourced by every bash hpcwizard starts (BASH_ENV; test-only). When the bash runs exactly
-# the text in $HPCWT_HOLD/text, a DEBUG trap (inherited by subshells: set -T) numbers the
+# the text in $HPCWT_HOLD/text (after the operations library), a DEBUG trap (inherited by subshells: set -T) numbers the
 # commands it runs; at number $HPCWT_HOLD/at it writes $HPCWT_HOLD/ready and waits for
 # $HPCWT_HOLD/release. In count mode (text "count", at 0) every bash writes the last number
 # it reached to count.LENGTH.PID, LENGTH being the length of the text it runs.
@@ -23,14 +23,16 @@ HOLD_SCRIPT = r"""
 if [ -n "${HPCWT_HOLD:-}" ] && [ -n "${BASH_EXECUTION_STRING:-}" ] && [ -r "$HPCWT_HOLD/text" ]; then
   __hpcwt_want=
   IFS= read -r -d '' __hpcwt_want < "$HPCWT_HOLD/text" || true
-  if [ "$__hpcwt_want" = count ] || [ "$BASH_EXECUTION_STRING" = "$__hpcwt_want" ]; then
+  # the step's own text: what follows the operations library apply puts before it
+  __hpcwt_step=${BASH_EXECUTION_STRING##*$'\n# --- the step ---\n'}
+  if [ "$__hpcwt_want" = count ] || [ "$__hpcwt_step" = "$__hpcwt_want" ]; then
     __hpcwt_n=0
     __hpcwt_at=0
     IFS= read -r __hpcwt_at < "$HPCWT_HOLD/at" || true
     __hpcwt_hit() {
       __hpcwt_n=$((__hpcwt_n + 1))
       if [ "${__hpcwt_at:-0}" = 0 ]; then
-        echo "$__hpcwt_n" > "$HPCWT_HOLD/count.${#BASH_EXECUTION_STRING}.$BASHPID"
+        echo "$__hpcwt_n" > "$HPCWT_HOLD/count.${#__hpcwt_step}.$BASHPID"
       elif [ "$__hpcwt_n" = "$__hpcwt_at" ]; then
         echo "$BASHPID" > "$HPCWT_HOLD/ready"
         while [ ! -e "$HPCWT_HOLD/release" ]; do sleep 0.05; done

@@ -286,7 +286,7 @@ def test_sshd_t_failing_keeps_the_old_configuration(installed: None, runs: Runs)
         assert "sshd rejected its configuration" in proc.stdout, show(proc)
         after = snapshot(*ROOTS)
         assert after == before, f"/etc/ssh changed:\n{diff(before, after)}"
-        assert not Path("/etc/ssh/sshd_config.d/50-hpcwizard.conf").exists()
+        assert not Path("/etc/ssh/sshd_config.d/00-hpcwizard.conf").exists()
     finally:
         bad.unlink()
     problems = runs.undo_all()

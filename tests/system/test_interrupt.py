@@ -39,6 +39,7 @@ from typing import Dict, List
 
 import pytest
 
+from hpcwizard import ops
 from _hardening import (RecordedRuns, finish, kill_tree, package_list, packages_installed,
                         start)
 from test_apply_mpi_tcp import (PORT, diff, listening, load, show, snapshot, step_table,
@@ -53,7 +54,7 @@ SIGNALS = ("SIGINT", "SIGTERM", "SIGKILL")
 OTHER_STEPS = ("ssh/host-keys", "ssh/sshd-config", "ssh/sshd-start", "ssh/user-key",
                "ssh/authorized-keys", "ssh/client-config", "ssh/known-hosts")
 # The file each file-writing step owns, whose completeness its check tells.
-STEP_FILES = {"ssh/sshd-config": "/etc/ssh/sshd_config.d/50-hpcwizard.conf",
+STEP_FILES = {"ssh/sshd-config": "/etc/ssh/sshd_config.d/00-hpcwizard.conf",
               "ssh/authorized-keys": "/root/.ssh/authorized_keys",
               "ssh/client-config": "/root/.ssh/config",
               "ssh/known-hosts": "/root/.ssh/known_hosts"}
@@ -170,8 +171,8 @@ def check_files(before: Dict[str, str], complete: Dict[str, str], sig: str) -> N
             if sig != "SIGKILL":
                 bad.append(f"{path}: a temporary file left after {sig}")
             continue
-        if name.endswith((".hpcwizard-new", ".hpcwizard-orig")) or now.startswith("dir"):
-            continue
+        if path.startswith("/var/lib/hpcwizard/") or now.startswith("dir"):
+            continue  # what the operations keep for their undo
         if now == "absent":
             bad.append(f"{path}: was there before and is gone")
             continue
@@ -181,7 +182,8 @@ def check_files(before: Dict[str, str], complete: Dict[str, str], sig: str) -> N
             continue
         step = next((s for s, f in STEP_FILES.items() if f == path), None)
         if step and COMPLETE_CHECKS.get(step) and subprocess.run(
-                ["bash", "-c", COMPLETE_CHECKS[step]], capture_output=True).returncode == 0:
+                ["bash", "-c", ops.runnable(COMPLETE_CHECKS[step])],
+                capture_output=True).returncode == 0:
             continue
         bad.append(f"{path}: neither as before nor complete ({now})")
     assert not bad, "after the signal:\n" + "\n".join(bad)

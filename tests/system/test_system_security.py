@@ -116,7 +116,7 @@ def test_no_key_material_modes_and_sshd_settings(tmp_path: Path, test_user: str)
 
         # 2. the modes sshd requires
         modes = {Path("/root/.ssh"): 0o700, home / ".ssh": 0o700,
-                 Path("/etc/ssh/sshd_config.d/50-hpcwizard.conf"): 0o644,
+                 Path("/etc/ssh/sshd_config.d/00-hpcwizard.conf"): 0o644,
                  home / ".sshd_config": 0o600,
                  home / ".ssh/hpcwizard_host_ed25519_key": 0o600}
         for d in (Path("/root/.ssh"), home / ".ssh"):
