@@ -429,9 +429,11 @@ _hw_includes() {
   [ -f "$main" ] || return 1
   path=$(realpath -m -- "$2")
   base=$(dirname -- "$(realpath -m -- "$main")")
+  local patterns
   while read -r word pattern; do
     case $word in [Ii]nclude) ;; *) continue ;; esac
-    for pattern in $pattern; do
+    read -ra patterns <<< "$pattern"  # words, never expanded: the glob is matched, not run
+    for pattern in "${patterns[@]}"; do
       case $pattern in /*) ;; *) pattern=$base/$pattern ;; esac
       # shellcheck disable=SC2053
       [[ $path == $pattern ]] && return 0
@@ -546,7 +548,7 @@ hw_packages() (
   case $mode in
     check) _hw_pkg_installed "${names[@]}" ;;
     diff) _hw_pkg_installed "${names[@]}" || printf 'install with %s: %s\n' "$pm" "${names[*]}" ;;
-    run) install -d -m 0700 -- "$state"; _hw_pkg_run ;;
+    run) _hw_pkg_run ;;
     undo) _hw_pkg_undo; _hw_tidy ;;
   esac
 )
@@ -609,6 +611,7 @@ _hw_pkg_run() {
     apt-get "${lock[@]}" update 2>&1 | tee "$work/update"
     grep -qE '^(Hit|Get):' "$work/update" || _hw_die "apt-get update could not reach any package mirror"
   fi
+  install -d -m 0700 -- "$state"  # only now: a failed update has changed nothing
   if [ ! -e "$key.before" ]; then
     _hw_pkg_states > "$key.before.tmp" && mv -f -- "$key.before.tmp" "$key.before"
   fi
@@ -743,9 +746,9 @@ hw_sshd_reload() (
     if systemctl is-active --quiet "$unit"; then systemctl reload-or-restart "$unit"; fi
     exit 0
   fi
-  pid=$(_hw_sshd_pid) || rc=$?
-  [ "$rc" -le 1 ] || exit 1
-  if [ -n "$pid" ]; then kill -HUP "$pid"; fi
+  # none of ours runs (a pid file naming another program is the start step's to say)
+  pid=$(_hw_sshd_pid 2>/dev/null) || rc=$?
+  if [ "$rc" = 0 ] && [ -n "$pid" ]; then kill -HUP "$pid"; fi
 )
 
 _hw_sshd_start() {  # sets port config pidfile systemd unit mode key sshd_t
@@ -769,30 +772,53 @@ _hw_sshd_start() {  # sets port config pidfile systemd unit mode key sshd_t
   key=$(_hw_state_dir)/sshd-$(printf '%s' "${config:-system}:$port" | sha256sum | cut -c1-12)
 }
 
-# The pid in the pid file when it is this user's sshd of this configuration (its -f, or
-# none for the system sshd); status 1: no such process; 2: another program, said.
-_hw_sshd_pid() {
-  local pid='' exe prog cmd f=/etc/ssh/sshd_config want=${config:-/etc/ssh/sshd_config} what=sshd
-  if [ "$systemd" = 1 ]; then
-    pid=$(systemctl show -p MainPID --value "$unit" 2>/dev/null || true)
-    [ "${pid:-0}" != 0 ] || return 1
-  elif [ -f "$pidfile" ]; then
-    pid=$(head -c 20 -- "$pidfile")
-  fi
-  [[ $pid =~ ^[0-9]+$ ]] && [ -d "/proc/$pid" ] || return 1
-  exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || exe=''
+# Is PID this user's sshd of this configuration (its -f, none for the system's), listening
+# in this network namespace, and the listener itself (not a session it forked)?
+_hw_is_sshd() {
+  local pid=$1 exe cmd f=/etc/ssh/sshd_config ppid pexe
+  exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 1
   exe=${exe% (deleted)}
+  [ "${exe##*/}" = sshd ] || return 1
+  [ "$(stat -c %u "/proc/$pid" 2>/dev/null)" = "$(id -u)" ] || return 1
   cmd=" $(tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline") "
   case $cmd in *" -f "*) f=${cmd##* -f }; f=${f%% *} ;; esac
-  if [ "${exe##*/}" = sshd ] && [ "$(stat -c %u "/proc/$pid" 2>/dev/null)" = "$(id -u)" ] \
-      && [ "$f" = "$want" ]; then
-    echo "$pid"
-    return 0
+  [ "$f" = "${config:-/etc/ssh/sshd_config}" ] || return 1
+  [ "$(readlink "/proc/$pid/ns/net" 2>/dev/null)" = "$(readlink /proc/self/ns/net 2>/dev/null)" ] || return 1
+  ppid=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f2)
+  pexe=$(readlink "/proc/${ppid:-0}/exe" 2>/dev/null) || pexe=''
+  pexe=${pexe% (deleted)}
+  [ "${pexe##*/}" != sshd ]
+}
+
+# The sshd of this configuration: the one the pid file names when /proc shows it is that
+# sshd, else one found in /proc (a pid file is a hint, never trusted); status 1: none runs;
+# 2: none runs and the pid file names another program, which is said.
+_hw_sshd_pid() {
+  local pid='' named='' exe prog want=${config:-/etc/ssh/sshd_config} what=sshd
+  if [ "$systemd" = 1 ]; then
+    pid=$(systemctl show -p MainPID --value "$unit" 2>/dev/null || true)
+    if [ "${pid:-0}" != 0 ] && _hw_is_sshd "$pid"; then echo "$pid"; return 0; fi
+    return 1
   fi
+  if [ -f "$pidfile" ]; then
+    named=$(head -c 20 -- "$pidfile")
+    if [[ $named =~ ^[0-9]+$ ]] && [ -d "/proc/$named" ]; then
+      if _hw_is_sshd "$named"; then echo "$named"; return 0; fi
+    else
+      named=''
+    fi
+  fi
+  while read -r exe; do
+    pid=${exe#/proc/}; pid=${pid%/exe}
+    if _hw_is_sshd "$pid"; then echo "$pid"; return 0; fi
+  done < <(find /proc -mindepth 2 -maxdepth 2 -name exe \( -lname '*/sshd' -o -lname '*/sshd (deleted)' \) 2>/dev/null)
+  [ -n "$named" ] || return 1
+  exe=$(readlink "/proc/$named/exe" 2>/dev/null) || exe=''
+  exe=${exe% (deleted)}
   prog=${exe##*/}
-  [ -n "$prog" ] || prog=$(cat "/proc/$pid/comm" 2>/dev/null)
+  [ -n "$prog" ] || prog=$(cat "/proc/$named/comm" 2>/dev/null)
   [ "$prog" != sshd ] || what="the sshd of $want"
-  _hw_say "$pidfile names pid $pid (${prog:-?}, user $(stat -c %U "/proc/$pid" 2>/dev/null))," \
+  _hw_say "$pidfile names pid $named (${prog:-?}, user $(stat -c %U "/proc/$named" 2>/dev/null))," \
     "which is not $what: remove the stale pid file or stop that program"
   return 2
 }

@@ -257,6 +257,8 @@ def test_dropin_reads_the_include_lines_when_no_regex_is_given(tmp_path: Path, i
                                                                 expected: bool) -> None:
     (tmp_path / "sshd_config").write_text(include.replace("{tmp}", str(tmp_path)) + "\nPort 22\n")
     (tmp_path / "sshd_config.d").mkdir()
+    # the image's own drop-ins: a pattern is matched against the path, never expanded
+    (tmp_path / "sshd_config.d/50-cloud-init.conf").write_text("PasswordAuthentication yes\n")
     ran = op(tmp_path, "hw_dropin sshd_config.d/00-hpcwizard.conf --else-block sshd_config", SSHD)
     assert ran.returncode == 0, ran.stderr
     assert (tmp_path / "sshd_config.d/00-hpcwizard.conf").exists() is expected

@@ -14,7 +14,7 @@ from .compat import tomllib
 # The values a recipe may use; plan.py supplies each, already validated.
 PLACEHOLDERS = frozenset({"ssh_port", "user", "group", "home", "peers", "host_key",
                           "ucx_url", "ucx_file", "ucx_sha256", "nccl_conf",
-                          "peer_sample", "apt_lock_timeout"})
+                          "peer_sample", "apt_lock_timeout", "sshd_kept_ports"})
 # The facts and choices a step may depend on; plan.py evaluates each.
 CONDITIONS = frozenset({
     "target_root", "target_user", "host_keys_pinned", "host_keys_off",

@@ -20,7 +20,6 @@ import hashlib
 import os
 import stat
 import sys
-import tempfile
 import time
 from typing import Callable, Optional, TextIO
 
@@ -74,21 +73,13 @@ def _open_part(part: str, append: bool) -> int:
 
 
 def _write_beside(path: str, text: str) -> None:
-    """path written as a new file beside it (mkstemp), then renamed over it: whatever was at
-    path (a link) is replaced, never written through."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.",
-                               dir=os.path.dirname(path) or ".")
-    try:
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "w", encoding="ascii") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    """path written as a new file beside it, then renamed over it: whatever was at path (a
+    link) is replaced, never written through (record.write_private)."""
+    from pathlib import Path
+
+    from .record import write_private
+
+    write_private(Path(path), text.encode("ascii"), mode=0o644)
 
 
 def _hash_file(path: str, h: "hashlib._Hash") -> int:

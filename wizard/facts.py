@@ -120,6 +120,8 @@ class Software:
     sshd_path: str = ""
     sshd_version: str = ""
     ssh_port_listening: Optional[bool] = None
+    # the ports the system sshd (root's, /etc/ssh/sshd_config) listens on now, from /proc
+    sshd_ports: Tuple[int, ...] = ()
     mpi_flavour: str = ""  # openmpi | mpich | intelmpi | ""
     mpi_version: str = ""
     ompi_pml: Tuple[str, ...] = ()  # MCA pml components ompi_info lists (ucx, ob1, cm...)

@@ -389,7 +389,7 @@ def launch_script(plan: Plan) -> str:
     out.append("LAUNCH_ENV=(" + " ".join(shlex.quote(k) for k, _v in env if k not in passed) + ")")
     out.append("MPIRUN_ARGS=(" + " ".join(shlex.quote(a) for a in plan.mpirun_args) + ")")
     out.append(_BODY.strip("\n").replace("__OPS_FUNCTIONS__", ops.functions(
-        "_hw_say", "_hw_sshd_pid")))
+        "_hw_say", "_hw_is_sshd", "_hw_sshd_pid")))
     out.append((_MPI if c.framework == "mpi" else _TORCH).rstrip("\n"))
     out.append("")
     text = "\n".join(out)

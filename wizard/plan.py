@@ -170,7 +170,18 @@ def _values(choices: Choices, target: Target, facts: Optional[Facts] = None) -> 
             "home": target.home, "peers": choices.peers, "host_key": host_key,
             "ucx_url": choices.ucx_url, "ucx_file": ucx_file, "ucx_sha256": choices.ucx_sha256,
             "nccl_conf": nccl_conf, "peer_sample": peer_sample(choices.peers),
+            "sshd_kept_ports": kept_ports(facts, choices, target),
             "apt_lock_timeout": str(apt_lock_timeout())}
+
+
+def kept_ports(facts: Optional[Facts], choices: Choices, target: Target) -> str:
+    """The system sshd's settings keep the ports it serves now (facts.software.sshd_ports),
+    beside the job's: a reload would otherwise move an sshd on port 22 to the job's port
+    alone. Lines to follow 'Port N' in the settings ('' when there is none to keep)."""
+    if facts is None or not target.is_root:
+        return ""
+    return "".join(f"\n# sshd serves port {p} now: it keeps serving it\nPort {p}"
+                   for p in facts.software.sshd_ports if p != choices.ssh_port)
 
 
 def peer_sample(pattern: str) -> str:

@@ -105,7 +105,7 @@ def test_apt_lock_held_waits_bounded_then_one_clear_line(runs: Runs,
                                                           packages_missing: None) -> None:
     before, packages = snapshot(*ROOTS), package_list()
     step = plan_step(runs, "packages/install", HPCWIZARD_APT_LOCK_TIMEOUT="3")
-    assert "DPkg::Lock::Timeout=3 " in step["run"], "the timeout is not in the plan's text"
+    assert "--lock-timeout 3 " in step["run"], "the timeout is not in the plan's text"
     holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
@@ -172,7 +172,7 @@ def test_mirrors_unreachable_fail_at_the_packages_step(runs: Runs, tmp_path: Pat
 def small_disk(tmp_path: Path) -> Path:
     mnt = tmp_path / "small"
     mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(mnt)],
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", str(mnt)],
                    check=True)
     try:
         yield mnt

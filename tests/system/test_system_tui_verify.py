@@ -62,16 +62,17 @@ def test_done_verifies_across_three_instances_for_real(setup, tmp_path):
             shown = wait_until_shown(t, " passed, ", timeout=180)
             assert "from HOSTS" in shown
             assert "Checked on: this instance and node1, node2, node3" in shown
-            assert "12 passed, 0 failed, 0 skipped" in shown, shown
+            assert "14 passed, 0 failed, 0 skipped" in shown, shown
             first = Record.load(next((state / "records").glob("*.toml"))).data["verify"]
-            # here 2, per host name/port/login 3 x 3, and mpirun on all three
-            assert first["ok"] is True and first["counts"]["pass"] == 12
+            # here 4 (sshd, its settings in effect, ssh's, login), per host name/port/login
+            # 3 x 3, and mpirun on all three
+            assert first["ok"] is True and first["counts"]["pass"] == 14
 
             c.hide("node3")  # its name no longer resolves
             t.keys("v")
             # the failure scrolls into view by itself
             shown = wait_until_shown(t, "FAIL  node3: name resolves", timeout=180)
-            assert "8 passed, 1 failed, 3 skipped" in shown, shown
+            assert "10 passed, 1 failed, 3 skipped" in shown, shown
             assert "cause:" in shown and "fix:" in shown
             t.keys("q")
             t.wait_for("HPCWIZARD-EXIT=1")  # its last verification failed

@@ -6,6 +6,7 @@ only ever imported in a separate `python3` process, never in hpcwizard's.
 from __future__ import annotations
 
 import json
+import os
 import re
 from typing import Dict, List, Tuple
 
@@ -76,6 +77,44 @@ def parse_proc_net_tcp(text: str, port: int = 2222) -> bool:
         if parts[1].rsplit(":", 1)[1].upper() == want and parts[3].upper() == "0A":
             return True
     return False
+
+
+def listening_inodes(text: str) -> Dict[str, int]:
+    """/proc/net/tcp{,6} text -> socket inode: local port, for the sockets in LISTEN (0A)."""
+    out: Dict[str, int] = {}
+    for line in text.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) >= 10 and ":" in parts[1] and parts[3].upper() == "0A":
+            try:
+                out[parts[9]] = int(parts[1].rsplit(":", 1)[1], 16)
+            except ValueError:
+                continue
+    return out
+
+
+def system_sshd_ports(ctx: Context, inodes: Dict[str, int]) -> Tuple[int, ...]:
+    """The ports root's sshd of /etc/ssh/sshd_config listens on: its process found by
+    /proc/PID/exe, its listening sockets by the inodes of its descriptors."""
+    ports = set()
+    for pid in ctx.listdir("proc"):
+        if not pid.isascii() or not pid.isdigit():
+            continue
+        if ctx.readlink_name(f"proc/{pid}/exe").split(" ")[0] != "sshd":
+            continue
+        try:
+            if os.stat(ctx.path(f"proc/{pid}")).st_uid != 0:
+                continue
+        except OSError:
+            continue
+        argv = (ctx.read(f"proc/{pid}/cmdline") or "").split("\0")
+        if "-f" in argv and argv[argv.index("-f") + 1:][:1] != ["/etc/ssh/sshd_config"]:
+            continue
+        for fd in ctx.listdir(f"proc/{pid}/fd"):
+            target = ctx.readlink_name(f"proc/{pid}/fd/{fd}")
+            m = re.fullmatch(r"socket:\[([0-9]+)\]", target)
+            if m and m.group(1) in inodes:
+                ports.add(inodes[m.group(1)])
+    return tuple(sorted(ports))
 
 
 def parse_mpirun_version(text: str) -> Tuple[str, str]:
@@ -181,6 +220,11 @@ def probe_ssh(ctx: Context, found: Found) -> None:
         )
     else:
         found.note(f"Could not read /proc/net/tcp: whether port {ctx.ssh_port} is served is unknown.")
+    if tcp_texts and ctx.local:
+        inodes: Dict[str, int] = {}
+        for t in tcp_texts:
+            inodes.update(listening_inodes(t))
+        found.set("software.sshd_ports", system_sshd_ports(ctx, inodes))
 
     sshd = find_sshd(ctx)
     found.set("software.sshd_path", sshd)
