@@ -9,9 +9,10 @@ class FakeSystem(System):
     """Peers: name -> state ('ok', 'down', 'noname', 'nokey', 'wrong'); commands answered
     from those states. Records every argv and the highest number of calls in flight."""
 
-    def __init__(self, peers, answers=None):
+    def __init__(self, peers, answers=None, port=2222):
         super().__init__()
         self.peers = peers
+        self.port = port  # the port sshd -T and ssh -G report (the plan's)
         self.answers = answers or {}
         self.calls = []
         self.inflight = 0
@@ -55,11 +56,11 @@ class FakeSystem(System):
                 return Ran(argv, 1, f"bash: line 1: /dev/tcp/{target}/2222: Connection refused")
             return Ran(argv, 0, "")
         if "/usr/sbin/sshd" in argv and "-T" in argv:  # what an sshd of the plan has in effect
-            return Ran(argv, 0, "port 2222\npasswordauthentication no\n"
+            return Ran(argv, 0, f"port {self.port}\npasswordauthentication no\n"
                                 "kbdinteractiveauthentication no\npubkeyauthentication yes\n"
                                 "permitrootlogin without-password\n")
         if "ssh" in argv and "-G" in argv:
-            return Ran(argv, 0, f"host {argv[-1]}\nport 2222\nbatchmode yes\n")
+            return Ran(argv, 0, f"host {argv[-1]}\nport {self.port}\nbatchmode yes\n")
         if argv[0] == "ssh":
             host = argv[argv.index("-p") + 2]
             if self.peers.get(host) == "nokey":

@@ -404,3 +404,21 @@ def test_a_change_killed_before_its_validation_is_validated_by_the_next_run(tmp_
     failing = op(tmp_path, "hw_file x.conf --validate false", SSHD)
     assert failing.returncode == 1 and "put back" in failing.stderr
     assert f.read_text() == "Port 22\n"
+
+
+def test_a_taken_port_names_who_holds_it(tmp_path: Path) -> None:
+    """hw_sshd's refusal names the program, pid and user at each address (ss's report, here
+    a stand-in `ss` first on PATH printing what iproute2's does for a Python listener)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    me = os.getpid()
+    (bin_dir / "ss").write_text(
+        "#!/bin/bash\n"
+        f"echo 'LISTEN 0 5 0.0.0.0:2222 0.0.0.0:* users:((\"python3\",pid={me},fd=3))'\n")
+    (bin_dir / "ss").chmod(0o755)
+    ran = op(tmp_path, "port=2222\n_hw_port_holders",
+             env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    import pwd
+
+    user = pwd.getpwuid(os.getuid()).pw_name
+    assert ran.stdout == f"0.0.0.0:2222: python3 (pid {me}, user {user})\n", ran.stderr

@@ -199,7 +199,7 @@ def test_cli_verify_record_uses_its_choices_and_keeps_the_outcome(monkeypatch, c
     from hpcwizard.compat import tomllib
     from hpcwizard.record import Record
 
-    fake = FakeSystem({"node1": "ok", "node2": "nokey"})
+    fake = FakeSystem({"node1": "ok", "node2": "nokey"}, port=2022)
     monkeypatch.setattr(v, "System", lambda: fake)
     monkeypatch.setattr("hpcwizard.cli._facts", lambda sysroot: facts(user=ROOT))
     made = build_plan(facts(user=ROOT), make_choices(framework="mpi", network="tcp",
@@ -217,7 +217,8 @@ def test_cli_verify_record_uses_its_choices_and_keeps_the_outcome(monkeypatch, c
     rc = main(["verify", "--record", str(record.path), "--hosts", "node1,node2"])
     out = capsys.readouterr().out
     assert rc == 1 and "FAIL  node2: key login returns its name" in out
-    assert all("2022" in argv for argv in fake.calls if argv[0] == "ssh")
+    # every ssh to a host on the record's port (ssh -G only asks what is in effect)
+    assert all("2022" in argv for argv in fake.calls if argv[0] == "ssh" and "-G" not in argv)
     kept = Record.load(record.path).data
     assert kept["verify"]["failed"] == ["peer/node2/login"]
     assert kept["verify"]["hosts"] == ["node1", "node2"]

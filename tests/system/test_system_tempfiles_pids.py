@@ -198,8 +198,10 @@ def test_user_sshd_pid_file_naming_the_users_other_process(installed: None,  # n
     assert line in output(undo), show(undo)
     assert alive(sleeper), "undo signalled the process the pid file names"
 
-    # The sshd the plan configures is still recognised: apply starts it, a second apply
-    # finds it (its check passes), undo stops it.
+    # The sshd the plan configures is still recognised once the stale pid file is gone (as
+    # the refusal says): apply starts it, a second apply finds it (its check passes), undo
+    # stops it.
+    as_user(other_user, lambda: (home / ".ssh" / "sshd.pid").unlink())
     rec2, rec3 = runs.record("sshd-user"), runs.record("sshd-user-again")
     first = runs.run("apply", *CHOICES, "--user", USER, "--ssh-port", "2223", "--record", str(rec2))
     assert first.returncode == 0, f"{show(first)}\n{runs.log(rec2)}"
