@@ -229,3 +229,17 @@ def test_the_sha256_file_replaces_a_planted_link(server, tmp_path, victim):
     assert not side.is_symlink() and side.read_text() == f"{SHA}  ucx.deb\n"
     assert victim.read_bytes() == b"secret\n"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_sizes_in_headers_are_ascii_digits_or_unknown():
+    """A server's Content-Range / Content-Length in other digits is no size, not a crash."""
+    from hpcwizard.download import _total_from
+
+    class Resp:
+        def __init__(self, headers):
+            self.headers = headers
+
+    assert _total_from(Resp({"Content-Range": "bytes 0-9/100"}), 0) == 100
+    assert _total_from(Resp({"Content-Length": "40"}), 60) == 100
+    assert _total_from(Resp({"Content-Range": "bytes 0-9/²"}), 0) is None
+    assert _total_from(Resp({"Content-Length": "٢٢"}), 0) is None

@@ -23,6 +23,7 @@ import sys
 import time
 from typing import Callable, Optional, TextIO
 
+from .inputs import ascii_int
 from .validate import BadInput, sha256 as check_sha256, url as check_url
 
 CHUNK = 256 * 1024
@@ -92,11 +93,15 @@ def _hash_file(path: str, h: "hashlib._Hash") -> int:
 
 
 def _total_from(resp, start: int) -> Optional[int]:
+    """The file's whole size from the server's headers, None when they do not say (or say it
+    in other than ASCII digits: a header is outside input, and int() reads '٢' as 2)."""
     cr = resp.headers.get("Content-Range", "")  # bytes 100-999/1000
-    if "/" in cr and cr.rsplit("/", 1)[1].strip().isdigit():
-        return int(cr.rsplit("/", 1)[1])
-    length = resp.headers.get("Content-Length", "")
-    return start + int(length) if length.isdigit() else None
+    if "/" in cr:
+        total = ascii_int(cr.rsplit("/", 1)[1])
+        if total is not None:
+            return total
+    length = ascii_int(resp.headers.get("Content-Length", ""))
+    return start + length if length is not None else None
 
 
 def download(url: str, dest: str, sha256: str = "", *, timeout: float = READ_TIMEOUT,
