@@ -305,6 +305,25 @@ def test_settings_another_file_overrides_fail_naming_the_setting(tmp_path: Path)
 
 # --- kill -9 at every rename ----------------------------------------------------------------
 
+def kill_9_once(marker: Path, call: str, contents: str, cwd: Path, env: Dict[str, str],
+                what: str) -> None:
+    """Run the call in a session of its own and SIGKILL all of it as soon as `marker`
+    appears (the state it was to be stopped in), failing if it ends first or never gets there."""
+    proc = subprocess.Popen(["bash", "-euo", "pipefail", "-c", f". {OPS}\n{call}"],
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, cwd=str(cwd), env=env,
+                            start_new_session=True, text=True)
+    proc.stdin.write(contents)
+    proc.stdin.close()
+    deadline = time.monotonic() + 60
+    while not marker.exists():  # poll for the state, bounded
+        assert proc.poll() is None, f"{what}: it ended first"
+        assert time.monotonic() < deadline, f"{what}: never reached"
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
 def _mv_that_stops(bin_dir: Path, nth: int) -> Path:
     """A `mv` first on PATH that, on its nth call, says so and waits to be killed."""
     bin_dir.mkdir()
@@ -350,19 +369,7 @@ def test_kill_9_at_every_rename_leaves_old_or_new_and_reapply_completes(
         _mv_that_stops(bin_dir, nth)
         env = dict(os.environ, HW_STATE=str(case / "state"), HW_MODE="run",
                    PATH=f"{bin_dir}:{os.environ['PATH']}")
-        proc = subprocess.Popen(["bash", "-euo", "pipefail", "-c", f". {OPS}\n{call}"],
-                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, cwd=str(work), env=env,
-                                start_new_session=True, text=True)
-        proc.stdin.write(contents)
-        proc.stdin.close()
-        deadline = time.monotonic() + 60
-        while not (bin_dir / "stopped").exists():  # the state: it stopped at that rename
-            assert proc.poll() is None, f"rename {nth}: it ended first"
-            assert time.monotonic() < deadline, f"rename {nth}: never reached"
-            time.sleep(0.01)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        kill_9_once(bin_dir / "stopped", call, contents, work, env, f"rename {nth}")
         now = (work / "x.conf").read_bytes()
         new_text = op(work, call, contents, "diff", env={"HW_STATE": str(case / "state")})
         assert now == old or b"2222" in now, f"rename {nth}: half a file: {now!r}"
@@ -387,18 +394,7 @@ def test_a_change_killed_before_its_validation_is_validated_by_the_next_run(tmp_
     gate = tmp_path / "gate"
     call = f"hw_file x.conf --validate ': > {gate}; sleep 600'"
     env = dict(os.environ, HW_STATE=str(tmp_path / "state"), HW_MODE="run")
-    proc = subprocess.Popen(["bash", "-euo", "pipefail", "-c", f". {OPS}\n{call}"],
-                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, cwd=str(tmp_path), env=env,
-                            start_new_session=True, text=True)
-    proc.stdin.write(SSHD)
-    proc.stdin.close()
-    deadline = time.monotonic() + 60
-    while not gate.exists():
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.01)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    kill_9_once(gate, call, SSHD, tmp_path, env, "validation")
     assert f.read_text() == SSHD  # the new one, not yet validated
     assert op(tmp_path, "hw_file x.conf", SSHD, "check").returncode == 1
     failing = op(tmp_path, "hw_file x.conf --validate false", SSHD)

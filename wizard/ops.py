@@ -113,24 +113,28 @@ def packages_call(pm: str, names: Sequence[str], lock_timeout: Optional[int] = N
     return f"hw_packages {pm}{opts} " + " ".join(_q(n) for n in names)
 
 
-def undo_call(call: str) -> str:
-    """The call without its contents: undo takes back what was given, whatever it was."""
+def _bare(call: str) -> str:
+    """The call itself, without where its contents come from: no here-document, no command
+    piped into it, no file read into it."""
     first = call.split("\n", 1)[0]
-    if first.endswith(f"<<'{DELIMITER}'"):
+    if first.endswith(f" <<'{DELIMITER}'"):
         first = first[: -len(f" <<'{DELIMITER}'")]
-    if " | hw_" in first:  # contents from a command: undo needs none of it
+    if " | hw_" in first:
         first = "hw_" + first.split(" | hw_", 1)[1]
-    if " < " in first:  # contents from a file: which may be gone by then
+    if " < " in first:
         first = first.rsplit(" < ", 1)[0]
-    return undone(first)
+    return first
+
+
+def undo_call(call: str) -> str:
+    """The call without its contents: undo takes back what was given, whatever it was (and a
+    file the contents were read from may be gone by then)."""
+    return undone(_bare(call))
 
 
 def operation(call: str) -> str:
     """The operation a call uses ('hw_sshd', ...), '' for a step of plain shell."""
-    first = call.split("\n", 1)[0]
-    if " | hw_" in first:
-        first = "hw_" + first.split(" | hw_", 1)[1]
-    word = first.split(" ", 1)[0]
+    word = _bare(call).split(" ", 1)[0]
     return word if word.startswith("hw_") else ""
 
 
