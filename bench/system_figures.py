@@ -85,7 +85,7 @@ def fig_reapply(repeats: int) -> Figure:
 
 def fig_first_apply(repeats: int) -> Figure:
     fig = Figure("first-apply", "first apply of MPI/TCP on a fresh machine",
-                 "the exported setup.sh on the same fresh state", "<= 1.10x")
+                 "the exported setup.sh on the same fresh state", "<= 1.05x")
     if _installed("openssh-server"):
         fig.skipped = "openssh-server is installed: this figure needs a machine without it"
         return fig

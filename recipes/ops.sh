@@ -46,11 +46,14 @@ _hw_die() { _hw_say "$*"; exit 1; }
 
 _hw_state_dir() {
   if [ -n "${HW_STATE:-}" ]; then printf '%s\n' "$HW_STATE"
-  elif [ "$(id -u)" = 0 ]; then printf '%s\n' /var/lib/hpcwizard/ops
+  elif [ "$EUID" = 0 ]; then printf '%s\n' /var/lib/hpcwizard/ops
   else printf '%s\n' "${XDG_STATE_HOME:-$HOME/.local/state}/hpcwizard/ops"; fi
 }
 
-_hw_sum() { sha256sum < "$1" | cut -d' ' -f1; }
+_hw_sum() { local s; s=$(sha256sum < "$1") && printf '%s\n' "${s%% *}"; }
+
+# _hw_hash VAR TEXT N: VAR becomes the first N hex digits of TEXT's sha256 (a state key).
+_hw_hash() { local s; s=$(printf '%s' "$2" | sha256sum) && printf -v "$1" '%s' "${s:0:$3}"; }
 
 # After an undo: the state directory goes once nothing is left in it, and its hpcwizard
 # parent too when that is empty (/var/lib/hpcwizard): undo leaves no trace of hpcwizard.
@@ -97,7 +100,8 @@ _hw_start() {
   case $mode in check|run|undo|diff) ;; *) _hw_die "HW_MODE=$mode: use check, run, undo or diff" ;; esac
   real=$(realpath -m -- "$path")
   state=$(_hw_state_dir)
-  key=$state/$(printf '%s' "$real" | sha256sum | cut -c1-16)
+  _hw_hash key "$real" 16
+  key=$state/$key
   work=$(mktemp -d)
   # shellcheck disable=SC2064
   trap "rm -rf -- '$work'" EXIT
@@ -567,7 +571,8 @@ _hw_pkg_start() {  # sets pm timeout names mode state key work
   mode=${HW_MODE:-run}
   case $mode in check|run|undo|diff) ;; *) _hw_die "HW_MODE=$mode: use check, run, undo or diff" ;; esac
   state=$(_hw_state_dir)
-  key=$state/packages-$(printf '%s ' "$pm" "${names[@]}" | sha256sum | cut -c1-12)
+  _hw_hash key "$(printf '%s ' "$pm" "${names[@]}")" 12
+  key=$state/packages-$key
   work=$(mktemp -d)
   # shellcheck disable=SC2064
   trap "rm -rf -- '$work'" EXIT
@@ -585,15 +590,18 @@ _hw_pkg_states() {
 }
 
 _hw_pkg_installed() {
-  local p
+  local missing
   if [ "$pm" = apt ]; then
-    for p in "$@"; do
-      dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^ii' && continue
+    missing=$(dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' -- "$@" 2>/dev/null \
+      | awk -v names="$*" '$1 ~ /^ii/ { have[$2] = 1 }
+          END { n = split(names, want, " "); for (i = 1; i <= n; i++) if (!(want[i] in have)) print want[i] }')
+    if [ -n "$missing" ]; then
       # a virtual name (Debian 13's dnsutils): an installed package that provides it
       dpkg-query -W -f='${db:Status-Abbrev} ${Provides}\n' 2>/dev/null \
-        | awk -v want="$p" '$1 ~ /^ii/ { for (i = 2; i <= NF; i++) { n = $i; sub(/,$/, "", n); if (n == want) f = 1 } } END { exit !f }' \
+        | awk -v names="$missing" '$1 ~ /^ii/ { for (i = 2; i <= NF; i++) { n = $i; sub(/,$/, "", n); have[n] = 1 } }
+            END { n = split(names, want, "\n"); for (i = 1; i <= n; i++) if (!(want[i] in have)) exit 1 }' \
         || return 1
-    done
+    fi
     [ -z "$(dpkg --audit 2>/dev/null)" ]
   else
     for p in "$@"; do rpm -q --whatprovides "$p" > /dev/null 2>&1 || return 1; done
@@ -739,6 +747,7 @@ hw_sshd() (
 hw_sshd_reload() (
   _hw_sshd_start --port 0 "$@"
   local pid='' rc=0
+  [ ! -d /run/systemd/system ] || _hw_sshd_unit
   if [ -z "$config" ] && [ -d /run/systemd/system ] && systemctl is-active --quiet "$unit" 2>/dev/null; then
     systemd=1
   fi
@@ -768,23 +777,35 @@ _hw_sshd_start() {  # sets port config pidfile systemd unit mode key sshd_t
   sshd_t=(/usr/sbin/sshd -T)
   [ -z "$config" ] || sshd_t+=(-f "$config")
   unit=ssh
+  [ "$systemd" = 0 ] || _hw_sshd_unit
+  _hw_hash key "${config:-system}:$port" 12
+  key=$(_hw_state_dir)/sshd-$key
+}
+
+# systemd's name for sshd's unit: Debian's ssh.service, else sshd.service (Fedora, Arch).
+_hw_sshd_unit() {
   if command -v systemctl > /dev/null && ! systemctl cat ssh.service > /dev/null 2>&1; then unit=sshd; fi
-  key=$(_hw_state_dir)/sshd-$(printf '%s' "${config:-system}:$port" | sha256sum | cut -c1-12)
 }
 
 # Is PID this user's sshd of this configuration (its -f, none for the system's), listening
 # in this network namespace, and the listener itself (not a session it forked)?
+# (Bash's own tests and reads where they do: this runs for every process /proc lists.)
 _hw_is_sshd() {
-  local pid=$1 exe cmd f=/etc/ssh/sshd_config ppid pexe
+  local pid=$1 exe args=() f=/etc/ssh/sshd_config i stat ppid pexe
   exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 1
   exe=${exe% (deleted)}
   [ "${exe##*/}" = sshd ] || return 1
-  [ "$(stat -c %u "/proc/$pid" 2>/dev/null)" = "$(id -u)" ] || return 1
-  cmd=" $(tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline") "
-  case $cmd in *" -f "*) f=${cmd##* -f }; f=${f%% *} ;; esac
+  [ -O "/proc/$pid" ] || return 1
+  mapfile -d '' -t args 2>/dev/null < "/proc/$pid/cmdline" || return 1
+  for ((i = 1; i < ${#args[@]}; i++)); do
+    if [ "${args[i]}" = -f ]; then f=${args[i + 1]:-}; fi
+  done
   [ "$f" = "${config:-/etc/ssh/sshd_config}" ] || return 1
-  [ "$(readlink "/proc/$pid/ns/net" 2>/dev/null)" = "$(readlink /proc/self/ns/net 2>/dev/null)" ] || return 1
-  ppid=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f2)
+  # the same network namespace: the same nsfs inode behind both links
+  [ "/proc/$pid/ns/net" -ef /proc/self/ns/net ] || return 1
+  read -r stat 2>/dev/null < "/proc/$pid/stat" || return 1
+  stat=${stat##*) }       # after the command name, which may hold spaces and ")"
+  ppid=${stat#* }; ppid=${ppid%% *}
   pexe=$(readlink "/proc/${ppid:-0}/exe" 2>/dev/null) || pexe=''
   pexe=${pexe% (deleted)}
   [ "${pexe##*/}" != sshd ]
@@ -801,7 +822,7 @@ _hw_sshd_pid() {
     return 1
   fi
   if [ -f "$pidfile" ]; then
-    named=$(head -c 20 -- "$pidfile")
+    read -r -n 20 named < "$pidfile" || true
     if [[ $named =~ ^[0-9]+$ ]] && [ -d "/proc/$named" ]; then
       if _hw_is_sshd "$named"; then echo "$named"; return 0; fi
     else

@@ -104,6 +104,40 @@ def test_checks_that_pass_skip_every_step(record):
     assert isinstance(events[-1], RunFinished) and events[-1].status == "done"
 
 
+class AheadRunner(FakeRunner):
+    """A runner whose checks may run side by side before anything runs, and whose runs
+    change what later checks see: running step 1 also does step 2; running step 3 takes
+    step 4 back."""
+    checks_ahead = 2
+
+    def run(self, as_: str, text: str, on_line: Callable[[str], None]) -> int:
+        code = super().run(as_, text, on_line)
+        n = self._n(text)
+        if n == 1:
+            self.done.add(2)
+        if n == 3:
+            self.done.discard(4)
+        return code
+
+
+def test_checks_made_ahead_stand_only_until_a_step_runs(record):
+    runner = AheadRunner(done=[4, 5])
+    assert apply_record(record, runner, lambda e: None) == "done"
+    # every check ran before step 1 did; after it ran, 2..5 were checked again: step 2 is
+    # found done (its early check said no), step 4 is run (its early check said yes)
+    assert sorted(runner.texts("check")[:5]) == [f"check-{i}" for i in range(1, 6)]
+    assert runner.texts("run") == ["run-1", "run-3", "run-4"]
+    assert statuses(on_disk(record)) == ["done", "skipped", "done", "done", "skipped"]
+
+
+def test_checks_made_ahead_skip_everything_on_a_configured_machine(record):
+    runner = AheadRunner(done=[1, 2, 3, 4, 5])
+    assert apply_record(record, runner, lambda e: None) == "done"
+    assert sorted(runner.texts("check")) == [f"check-{i}" for i in range(1, 6)]  # once each
+    assert runner.texts("run") == []
+    assert statuses(on_disk(record)) == ["skipped"] * 5
+
+
 def test_all_steps_run_in_order(record):
     runner = FakeRunner(done=[2])
     events: list = []

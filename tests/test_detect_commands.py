@@ -137,6 +137,25 @@ def test_open_mpi_without_ucx(tmp_path, fakebin):
     assert not f.software.ompi_has_ucx
 
 
+def test_a_plan_without_ucx_runs_no_ompi_info(tmp_path, fakebin):
+    """ompi_info costs a quarter of a second and only MPI over InfiniBand reads its lists:
+    mpi_components=False leaves them empty and runs no ompi_info, while mpirun still gives
+    the version (and an MPI that mpirun does not name is still found through ompi_info)."""
+    marker = tmp_path / "ompi_info-ran"
+    fakebin.add("mpirun", ("--version", out("mpirun_openmpi-4.1.4.txt"), "", 0))
+    fakebin.add("ompi_info", ("", out("ompi_info_4.1.4_ucx.txt"), "", 0))
+    wrapper = fakebin.path / "ompi_info"
+    wrapper.rename(fakebin.path / "ompi_info.real")
+    wrapper.write_text(f"#!/bin/sh\n: > {marker}\nexec {fakebin.path / 'ompi_info.real'} \"$@\"\n")
+    wrapper.chmod(0o755)
+    f = detect(str(machine(tmp_path)), run_commands=True, mpi_components=False)
+    assert (f.software.mpi_flavour, f.software.mpi_version) == ("openmpi", "4.1.4")
+    assert f.software.ompi_pml == () and not marker.exists()
+    (tmp_path / "again").mkdir()
+    f = detect(str(machine(tmp_path / "again")), run_commands=True)
+    assert f.software.ompi_has_ucx and marker.exists()
+
+
 def test_nothing_installed(tmp_path, fakebin):
     f = detect(str(machine(tmp_path, "centos7")), run_commands=True)
     s = f.software

@@ -167,12 +167,12 @@ def _start_tui() -> int:
 
 # --- shared pieces ----------------------------------------------------------------------------
 
-def _facts(sysroot: str) -> Any:
+def _facts(sysroot: str, mpi_components: bool = True) -> Any:
     from .detect import detect
 
     if not Path(sysroot).is_dir():
         raise BadInput(_("sysroot {path!r} is not a directory").format(path=sysroot))
-    return detect(sysroot=sysroot)
+    return detect(sysroot=sysroot, mpi_components=mpi_components)
 
 
 def _choices(args: argparse.Namespace) -> Any:
@@ -193,11 +193,22 @@ def _choices(args: argparse.Namespace) -> Any:
 
 
 def _plan(args: argparse.Namespace, choices: Any = None) -> "tuple[Any, Any]":
-    from .plan import build_plan
+    from concurrent.futures import ThreadPoolExecutor
 
     choices = choices or _choices(args)  # validate before detecting: bad input costs nothing
-    facts = _facts(getattr(args, "sysroot", "/"))
-    return facts, build_plan(facts, choices, _catalog())
+    # Detection waits on its probes (ompi_info alone takes a quarter of a second) while
+    # this thread imports the planner and reads the recipes.
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hpcwizard-facts")
+    try:
+        facts_ahead = pool.submit(_facts, getattr(args, "sysroot", "/"),
+                                  mpi_components=choices.network == "ib")
+        from .plan import build_plan
+
+        catalog = _catalog()
+        facts = facts_ahead.result()
+    finally:
+        pool.shutdown(wait=False)
+    return facts, build_plan(facts, choices, catalog)
 
 
 def _catalog() -> Any:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import errno
+import functools
 import os
 import pwd
 import shlex
@@ -39,6 +40,25 @@ STATUSES = ("pending", "running", "done", "skipped", "user-skipped", "failed", "
 # A record is a few tables deep (steps -> step -> packages); deeper is not one of ours, and
 # tomllib (recursive) or tomli-w would raise RecursionError on it.
 MAX_DEPTH = 16
+
+
+@functools.lru_cache(maxsize=4)
+def _ops_table(sha256: str, library: str) -> str:
+    return tomli_w.dumps({"ops": {"sha256": sha256, "library": library}}, multiline_strings=True)
+
+
+def _dumps(data: Dict[str, Any]) -> bytes:
+    """The record as TOML. Its operations library (900 lines, the same in every save) is
+    rendered once: tomli_w escapes strings a character at a time, and a record is saved
+    after every step."""
+    rest = {k: v for k, v in data.items() if k != "ops"}
+    text = tomli_w.dumps(rest, multiline_strings=True)
+    ops_data = data.get("ops")
+    if isinstance(ops_data, dict) and set(ops_data) == {"sha256", "library"}:
+        text += "\n" + _ops_table(str(ops_data["sha256"]), str(ops_data["library"]))
+    elif ops_data is not None:
+        text += "\n" + tomli_w.dumps({"ops": ops_data}, multiline_strings=True)
+    return text.encode("utf-8")
 
 
 class RecordExists(BadInput):
@@ -429,10 +449,13 @@ class Record:
         self.data["updated"] = now()
         self.save()
 
-    def update_step(self, index: int, **fields: Any) -> None:
+    def update_step(self, index: int, save: bool = True, **fields: Any) -> None:
+        """save=False: the change goes to disk with the next save (a record killed before
+        then says what it said, e.g. "pending" for a step found already done)."""
         self.steps[index].update(fields)
         self.data["updated"] = now()
-        self.save()
+        if save:
+            self.save()
 
     def set_verification(self, summary: Dict[str, Any]) -> None:
         """The latest verification's outcome (Report.summary()), kept beside the steps."""
@@ -444,12 +467,11 @@ class Record:
         anything there (RecordExists; a default name moves on to a free one); later saves
         replace that file."""
         if not self._new:
-            write_private(self.path, tomli_w.dumps(self.data, multiline_strings=True).encode("utf-8"))
+            write_private(self.path, _dumps(self.data))
             return
         while True:
             try:
-                write_private(self.path, tomli_w.dumps(self.data, multiline_strings=True).encode("utf-8"),
-                              exclusive=True)
+                write_private(self.path, _dumps(self.data), exclusive=True)
                 break
             except FileExistsError:
                 if not self._auto:

@@ -25,6 +25,9 @@ class Context:
     run_commands: bool = True
     timeout: float = 5.0
     ssh_port: int = 2222
+    # Whether to list Open MPI's components (ompi_info: a quarter of a second, for the UCX
+    # pml that only MPI over InfiniBand needs). A plan for TCP does without them.
+    mpi_components: bool = True
     # The process environment that matters for the machine (Jupyter, Kubernetes). Empty for
     # a foreign sysroot: this process's variables say nothing about that tree.
     env: Mapping[str, str] = field(default_factory=dict)

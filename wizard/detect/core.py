@@ -93,12 +93,15 @@ def detect(
     timeout: float = 5.0,
     *,
     ssh_port: int = 2222,
+    mpi_components: bool = True,
 ) -> Facts:
     """What is this machine (or the tree at sysroot)? Never raises for what it finds.
 
     run_commands defaults to True only for sysroot "/": programs on PATH describe this
     machine, not a tree mounted elsewhere. timeout bounds each command (PyTorch's import
-    gets three times as long); the whole detection is bounded too.
+    gets three times as long); the whole detection is bounded too. mpi_components=False
+    leaves Open MPI's component lists (software.ompi_pml, ompi_btl) empty: a plan that
+    does not use UCX needs no ompi_info.
     """
     local = os.path.realpath(sysroot) == "/"
     if run_commands is None:
@@ -108,6 +111,7 @@ def detect(
         run_commands=run_commands,
         timeout=timeout,
         ssh_port=ssh_port,
+        mpi_components=mpi_components,
         env=dict(os.environ) if local else {},
     )
     notes: List[str] = []

@@ -257,7 +257,7 @@ def probe_mpi(ctx: Context, found: Found) -> None:
         flavour, version = parse_mpirun_version(res.output)
         if not flavour:
             found.note(f"`mpirun --version` did not name a known MPI ({res.first_line()}).")
-    if flavour in ("openmpi", ""):
+    if flavour in ("openmpi", "") and (ctx.mpi_components or not flavour):
         info = ctx.run(["ompi_info"])
         if info is not None and info.ok:
             parsed = parse_ompi_info(info.stdout)
