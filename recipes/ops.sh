@@ -608,13 +608,26 @@ _hw_pkg_installed() {
   fi
 }
 
+# An install a stopped run left half done is finished (dpkg --configure -a). While another
+# apt or dpkg runs, what it has in flight looks half done too, and dpkg has no lock
+# timeout of its own: wait for that one (at most the lock timeout), as apt-get does.
+_hw_dpkg_finish() {
+  local i err=$work/dpkg-configure.err
+  for ((i = 0; i <= timeout; i++)); do
+    [ -n "$(dpkg --audit 2>/dev/null)" ] || return 0
+    [ "$i" -gt 0 ] || echo "hpcwizard: finishing an install a stopped run left half done (dpkg --configure -a)"
+    if dpkg --configure -a 2> "$err"; then return 0; fi
+    grep -q 'lock' "$err" || { cat -- "$err" >&2; return 1; }
+    sleep 1
+  done
+  cat -- "$err" >&2
+  return 1
+}
+
 _hw_pkg_run() {
   local lock=(-o "DPkg::Lock::Timeout=$timeout")
   if [ "$pm" = apt ]; then
-    if [ -n "$(dpkg --audit 2>/dev/null)" ]; then
-      echo "hpcwizard: finishing an install a stopped run left half done (dpkg --configure -a)"
-      dpkg --configure -a
-    fi
+    _hw_dpkg_finish
     # apt-get update exits 0 when no mirror answers (before apt 2.1's --error-on=any)
     apt-get "${lock[@]}" update 2>&1 | tee "$work/update"
     grep -qE '^(Hit|Get):' "$work/update" || _hw_die "apt-get update could not reach any package mirror"
@@ -673,7 +686,7 @@ _hw_pkg_settle() {
 
 _hw_pkg_undo() {
   local lock=(-o "DPkg::Lock::Timeout=$timeout") list=() extra needed=()
-  if [ "$pm" = apt ] && [ -n "$(dpkg --audit 2>/dev/null)" ]; then dpkg --configure -a; fi
+  if [ "$pm" = apt ]; then _hw_dpkg_finish; fi
   _hw_pkg_settle   # a killed run's list, finished first
   _hw_pkg_states > "$work/now"
   if [ -s "$key.new" ]; then

@@ -3,7 +3,7 @@ value is checked as it is typed with the same functions the CLI uses (hpcwizard.
 and the whole with make_choices and build_plan; a refusal shows at its field."""
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -29,9 +29,32 @@ def _port(value: str) -> None:
 
 
 def _peers(value: str) -> None:
-    from hpcwizard.validate import host_pattern
+    from hpcwizard.peers import pattern_list
 
-    host_pattern(value.strip())
+    pattern_list(value.strip())
+
+
+def derived_peers(facts: Any) -> Tuple[str, str, bool]:
+    """What the Instances field starts with, what its hint says, and whether that is a
+    warning: the job's hosts as the platform names them (hpcwizard.peers), or the refusal
+    of a platform variable that cannot be read, at the field it is about."""
+    import os
+    import socket
+
+    from hpcwizard.peers import default_peers
+    from hpcwizard.validate import BadInput
+
+    hostname = facts.hostname if facts is not None else socket.gethostname()
+    try:
+        peers = default_peers(os.environ, hostname)
+    except BadInput as exc:
+        return "", str(exc), True
+    if peers.warning:
+        return peers.pattern, _("* is every host: every ssh of the job's user gets these "
+                                "settings, git over ssh too. Name the instances, e.g. "
+                                "job-worker-*"), True
+    return peers.pattern, _("ssh Host patterns of the job's instances, from {source}.").format(
+        source=peers.source), False
 
 
 def ib_unavailable(facts: Any) -> str:
@@ -98,12 +121,13 @@ class ChooseScreen(WizardScreen):
                 with RadioSet(id="host_keys", classes="inline"):
                     yield RadioButton(_("pinned (safe)"), value=True, id="host_keys-pinned")
                     yield RadioButton(_("off (as the guide)"), id="host_keys-off")
+            peers, peers_hint, peers_warn = derived_peers(facts)
             with Horizontal(classes="field"):
                 yield Label(_("Instances"), classes="field-label")
-                yield Input("*", id="peers", compact=True,
+                yield Input(peers, id="peers", compact=True,
                             validators=[CoreCheck(_peers)], validate_on=["changed", "submitted"])
-            yield Static(_("ssh Host pattern naming the job's instances, e.g. job-* ; * is all."),
-                         id="peers-hint", classes="hint")
+            yield Static(peers_hint, id="peers-hint",
+                         classes="hint" + (" warn" if peers_warn else ""))
             yield Static("", id="choose-error", classes="hint error")
         with Horizontal(classes="buttons"):
             yield Button(_("Back (esc)"), id="back", compact=True)

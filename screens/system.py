@@ -19,6 +19,9 @@ SUDO = {
     "root": (N_("root: can change the system"), "green"),
     "nopasswd": (N_("sudo without a password"), "green"),
     "password": (N_("sudo with a password (asked once, before the run)"), "yellow"),
+    # sudo is installed but lets this user run nothing as root (not in sudoers)
+    "denied": (N_("sudo is here but runs nothing as root for you: cannot change the system"),
+               "red"),
     "none": (N_("no sudo: cannot change the system"), "red"),
     "unknown": (N_("sudo: unknown"), "yellow"),
 }
@@ -43,6 +46,8 @@ def facts_table(facts: Any) -> Table:
     sudo, colour = SUDO.get(u.sudo, (u.sudo, "yellow"))
     user = Text(f"{u.name} (uid {u.uid})  ")
     user.append(_(sudo), style=colour)
+    if not u.in_passwd:  # sudo refuses such a user: why root steps cannot run
+        user.append("; " + _("uid {uid} has no passwd entry").format(uid=u.uid), style="red")
     t.add_row(_("User"), user)
     container = Text(r.container)
     container.append(f"  PID 1 {r.pid1 or _('unknown')}" + ("  Jupyter" if r.jupyter else ""),

@@ -78,10 +78,15 @@ CASES: Dict[str, Case] = {
     "user-dash": (PLAN + ["--user=-rf"], {}, {}),
     # ssh Host patterns (--peers)
     "peers-slash": (PLAN + ["--peers", "job/*"], {}, {}),
-    "peers-space": (PLAN + ["--peers", "job-* node-*"], {}, {}),
+    "peers-comma": (PLAN + ["--peers", "job-*,node-*"], {}, {}),
+    "peers-tab": (PLAN + ["--peers", "job-*\tnode-*"], {}, {}),
+    "peers-negation": (PLAN + ["--peers", "!job-*"], {}, {}),
+    "peers-too-many": (PLAN + ["--peers", " ".join(f"n{i}" for i in range(33))], {}, {}),
     "peers-backtick": (APPLY + ["--peers", "`touch {tmp}/pwned`"], {}, {}),
     "peers-newline": (PLAN + ["--peers", "job-*\nMatch all"], {}, {}),
-    "peers-empty": (PLAN + ["--peers", ""], {}, {}),
+    # the job's hosts the SSH client settings are derived from (no --peers)
+    "env-hosts-for-peers-shell": (PLAN, {"HOSTS": "node1;touch {tmp}/pwned"}, {}),
+    "env-slurm-for-peers-bracket": (APPLY, {"SLURM_JOB_NODELIST": "node[1-"}, {}),
     # host names and lists (verify --hosts)
     "hosts-semicolon": (VERIFY + ["--hosts", "node1;touch {tmp}/pwned"], {}, {}),
     "hosts-twice": (VERIFY + ["--hosts", "node1,node1"], {}, {}),
@@ -366,7 +371,7 @@ TUI_CASES: Dict[str, Tuple[str, str, str]] = {  # field, typed value, words of t
     "tui-user-shell": ("user", "x;touch /tmp/pwned", "is not valid"),
     "tui-user-subst": ("user", "$(touch /tmp/pwned)", "is not valid"),
     "tui-user-missing": ("user", "nosuchuser-hpcw", "does not exist"),
-    "tui-peers-space": ("peers", "job-* x", "is not valid"),
+    "tui-peers-comma": ("peers", "job-*,x", "is not valid"),
     "tui-peers-backtick": ("peers", "`touch /tmp/pwned`", "is not valid"),
     "tui-peers-semicolon": ("peers", "job-*;id", "is not valid"),
 }
@@ -499,7 +504,7 @@ def test_done_refuses_an_unreadable_platform_variable(case: str, tmp_path: Path,
     pytest.importorskip("textual")
     from textual.widgets import Input, Static
 
-    from _tui_fixtures import make_app, run_until, text_of, wait_for
+    from _tui_fixtures import make_app, text_of, to_choose, wait_for
     from _verify_fixtures import FakeSystem
 
     env, words = DONE_ENV_CASES[case]
@@ -511,7 +516,20 @@ def test_done_refuses_an_unreadable_platform_variable(case: str, tmp_path: Path,
 
     async def go() -> Tuple[str, str, int, str, int]:
         async with app.run_test(size=(80, 24)) as pilot:
-            await run_until(pilot, "done")
+            await to_choose(pilot)
+            # the SSH client settings' hosts come from the same variable: refused at the
+            # Instances field first, and named there by the user
+            peers = app.screen.query_one("#peers", Input)
+            assert peers.value == "" and words in text_of(app.screen.query_one("#peers-hint"))
+            peers.value = "node*"
+            await pilot.press("ctrl+n")
+            await wait_for(pilot, lambda: type(app.screen).__name__ == "RecommendScreen")
+            await pilot.press("c")
+            await wait_for(pilot, lambda: type(app.screen).__name__ == "ReviewScreen")
+            await wait_for(pilot, lambda: all(app.screen.checked))
+            await pilot.press("r")
+            await wait_for(pilot, lambda: app.run_status == "done")
+            await pilot.pause()
             await pilot.press("n")
             await wait_for(pilot, lambda: type(app.screen).__name__ == "DoneScreen")
             done = app.screen

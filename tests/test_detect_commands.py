@@ -251,7 +251,7 @@ def test_torch_broken_import_is_a_note(tmp_path, fakebin):
 @pytest.mark.parametrize(
     "rc, stderr, mode",
     [(0, "", "nopasswd"), (1, "sudo: a password is required\n", "password"),
-     (1, "ana is not in the sudoers file.  This incident will be reported.\n", "none")],
+     (1, "ana is not in the sudoers file.  This incident will be reported.\n", "denied")],
 )
 def test_sudo_modes_for_a_normal_user(tmp_path, fakebin, monkeypatch, rc, stderr, mode):
     fakebin.add("sudo", ("-n true", "", stderr, rc))

@@ -375,8 +375,8 @@ def test_parse_environ_and_cgroup_and_jupyter():
     [
         (0, "", "nopasswd"),
         (1, "sudo: a password is required\n", "password"),
-        (1, "ana is not in the sudoers file.  This incident will be reported.\n", "none"),
-        (1, "Sorry, user ana may not run sudo on node-a.\n", "none"),
+        (1, "ana is not in the sudoers file.  This incident will be reported.\n", "denied"),
+        (1, "Sorry, user ana may not run sudo on node-a.\n", "denied"),
     ],
 )
 def test_classify_sudo(rc, err, mode):

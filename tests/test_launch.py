@@ -60,7 +60,8 @@ def test_preset_names_the_image():
 
 
 def _fakes(tmp_path: Path, hostname: str, hosts: dict) -> dict:
-    """PATH with fake hostname, getent, timeout (every port answers), mpirun, ssh, torchrun."""
+    """PATH with fake hostname, getent, timeout (every port answers), mpirun, ssh, torchrun,
+    and an ip that knows no route (not this machine's: tests that need one write their own)."""
     bin_ = tmp_path / "bin"
     bin_.mkdir()
     log = tmp_path / "calls.log"
@@ -73,6 +74,7 @@ def _fakes(tmp_path: Path, hostname: str, hosts: dict) -> dict:
         "ssh": f'echo "ssh $*" >> {log}; exit 0',
         "torchrun": f'echo "torchrun $*" >> {log}; exit 0',
         "nvidia-smi": "exit 1",
+        "ip": "exit 2",
     }
     for name, body in scripts.items():
         p = bin_ / name

@@ -418,3 +418,50 @@ def test_a_taken_port_names_who_holds_it(tmp_path: Path) -> None:
 
     user = pwd.getpwuid(os.getuid()).pw_name
     assert ran.stdout == f"0.0.0.0:2222: python3 (pid {me}, user {user})\n", ran.stderr
+
+
+# --- hw_packages check: names as dpkg answers them -------------------------------------------
+
+def _dpkg_names() -> "tuple[str, str, str]":
+    """From this machine's dpkg database, read only: an installed package, a name only an
+    installed package provides (virtual, as Debian 13's dnsutils), and one it provides with
+    a version ('foo (= 1.2)', as a t64 library provides its old name)."""
+    if not shutil.which("dpkg-query"):
+        pytest.skip("no dpkg here")
+    if subprocess.run(["dpkg", "--audit"], capture_output=True, text=True).stdout.strip():
+        pytest.skip("dpkg has something half done here: the check rightly fails")
+    rows = subprocess.run(["dpkg-query", "-W", "-f",
+                           "${db:Status-Abbrev}\t${Package}\t${Provides}\n"],
+                          capture_output=True, text=True).stdout.splitlines()
+    installed = {r.split("\t")[1] for r in rows if r.startswith("ii")}
+    plain, versioned = "", ""
+    for row in rows:
+        state, _name, provides = (row.split("\t") + ["", ""])[:3]
+        if not state.startswith("ii"):
+            continue
+        for item in (p.strip() for p in provides.split(",") if p.strip()):
+            name = item.split(" ", 1)[0]
+            if name in installed:
+                continue  # also a real installed package: not what this test needs
+            if "(" in item and not versioned:
+                versioned = name
+            elif "(" not in item and not plain:
+                plain = name
+    if not (installed and plain and versioned):
+        pytest.skip("this dpkg database has no virtual names to ask about")
+    return sorted(installed)[0], plain, versioned
+
+
+def test_packages_check_accepts_virtual_names_as_apt_installs_them(tmp_path: Path) -> None:
+    """apt installs a virtual name through its one provider, so the check (run strict, as a
+    step's text) must count a provided name as installed, plain or versioned; a name nobody
+    has is missing, and diff says what would be installed."""
+    real, plain, versioned = _dpkg_names()
+    call = f"hw_packages apt {real} {plain} {versioned}"
+    checked = op(tmp_path, call, mode="check")
+    assert checked.returncode == 0, (call, checked.stderr)
+    missing = f"hw_packages apt {real} hpcwizard-no-such-package"
+    assert op(tmp_path, missing, mode="check").returncode == 1
+    diffed = op(tmp_path, missing, mode="diff")
+    assert diffed.stdout == f"install with apt: {real} hpcwizard-no-such-package\n", diffed.stderr
+    assert not (tmp_path / "state").exists()  # check and diff write nothing

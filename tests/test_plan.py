@@ -63,7 +63,7 @@ def test_plan_matrix(users, os_key, who, target):
     assert list(pk[0].packages) == [p for p in wanted if p != installed_one]
     assert installed_one not in pk[0].run.split()
     if family == "debian":
-        assert {"openssh-client", "dnsutils"} <= set(pk[0].packages)
+        assert {"openssh-client", "bind9-dnsutils"} <= set(pk[0].packages)
         assert "openssh-clients" not in pk[0].packages and "bind-utils" not in pk[0].packages
         assert pk[0].run == "hw_packages apt --lock-timeout 120 " + " ".join(pk[0].packages)
     else:
@@ -282,7 +282,7 @@ def test_home_with_shell_characters_is_bad_input(monkeypatch):
 
 
 @pytest.mark.parametrize("raw", [{"ssh_port": 0}, {"ssh_port": 70000}, {"ssh_port": "22; id"},
-                                 {"user": "Bob Smith"}, {"peers": "a b"}, {"framework": "spark"},
+                                 {"user": "Bob Smith"}, {"peers": "a,b"}, {"peers": "a\tb"}, {"framework": "spark"},
                                  {"host_keys": "maybe"}])
 def test_bad_choices_are_bad_input(raw):
     with pytest.raises(BadInput):

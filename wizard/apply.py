@@ -102,6 +102,13 @@ class ShellRunner:
             return ["runuser", "-u", self.target_user, "--", *bash]
         return ["sudo", "-n", "-u", self.target_user, "--", *bash]
 
+    def via_sudo(self, as_: str) -> bool:
+        """Whether a step run as as_ goes through sudo (argv's choice), for the refusals made
+        before a run: sudo cannot serve a uid without a passwd entry."""
+        if as_ == "root":
+            return self.uid != 0
+        return self.target_user not in ("", self.current) and self.uid != 0
+
     def check(self, as_: str, text: str) -> bool:
         """Checks only read. A root step's check is tried as the current user first: when
         it passes, the step needs no root here (a user without sudo can still skip it)."""
@@ -213,7 +220,12 @@ def _current_user() -> str:
     try:
         return pwd.getpwuid(os.geteuid()).pw_name
     except KeyError:
-        return ""
+        # No passwd entry (docker run --user 12345): detection names this user from the
+        # environment, and so the plan's target "this user" has that name. Its steps must run
+        # directly: `sudo -u NAME` fails ("you do not exist in the passwd database").
+        from .detect.user import fallback_name
+
+        return fallback_name(os.geteuid())
 
 
 def _child_env() -> dict:

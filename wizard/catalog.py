@@ -3,31 +3,40 @@ mistake in a recipe is a load error naming file and step, not a broken shell at 
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from .compat import tomllib
 
 # The values a recipe may use; plan.py supplies each, already validated.
 PLACEHOLDERS = frozenset({"ssh_port", "user", "group", "home", "peers", "host_key",
                           "ucx_url", "ucx_file", "ucx_sha256", "nccl_conf",
-                          "peer_sample", "apt_lock_timeout", "sshd_kept_ports"})
+                          "peer_sample", "apt_lock_timeout", "sshd_kept_ports",
+                          "known_hosts_patterns"})
 # The facts and choices a step may depend on; plan.py evaluates each.
 CONDITIONS = frozenset({
     "target_root", "target_user", "host_keys_pinned", "host_keys_off",
     "systemd", "no_systemd", "family_debian", "family_rhel",
-    "ucx_distro", "ucx_url",
+    "ucx_distro", "ucx_url", "ssh_dir_ours",
 })
 KINDS = ("shell", "file", "block", "dropin", "op")
 FRAMEWORKS = ("mpi", "pytorch")
 NETWORKS = ("tcp", "ib")
 PACKAGE_MANAGERS = ("apt", "dnf", "yum")
-NOT_RECIPES = ("diagnoses.toml",)  # data that lives beside the recipes but is not one
+PACKAGE_NAMES = "package-names.toml"  # a generic package name's real name per release
+NOT_RECIPES = ("diagnoses.toml", PACKAGE_NAMES)  # data beside the recipes that is not one
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _ID = re.compile(r"^[a-z][a-z0-9-]*$")
+_PACKAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+_-]*$")
+_OS_ID = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_RELEASE = re.compile(r"^[0-9]{1,9}(\.[0-9]{1,9})*$")
+
+if TYPE_CHECKING:
+    from .facts import OsInfo
 
 
 class RecipeError(ValueError):
@@ -94,10 +103,57 @@ class Preset:
     i18n: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
+def release_numbers(version_id: str) -> Optional[Tuple[int, ...]]:
+    """'22.04' -> (22, 4): releases compare as numbers. None when VERSION_ID does not start
+    with one (empty on Debian testing, 'V10' on Kylin): the release is unknown."""
+    # ASCII digits only, a few at a time: VERSION_ID is outside text
+    m = re.match(r"\s*([0-9]{1,9}(?:\.[0-9]{1,9})*)", version_id or "")
+    return tuple(int(x) for x in m.group(1).split(".")) if m else None
+
+
+# One entry of recipes/package-names.toml: from the release (as numbers) on, the real name.
+NameSteps = Tuple[Tuple[Tuple[int, ...], str], ...]
+
+
+@dataclass(frozen=True)
+class PackageNames:
+    """recipes/package-names.toml: the real name of a recipe's generic package name on each
+    release. resolve() is the rule the file's header comment states; empty, every name is
+    its generic one."""
+    releases: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)
+    # package manager -> generic name -> os-release ID -> its entries, oldest release first
+    names: Mapping[str, Mapping[str, Mapping[str, NameSteps]]] = field(default_factory=dict)
+
+    def table_id(self, os: "OsInfo") -> str:
+        """Rule 1: the target's ID if listed, else its first listed ID_LIKE word, else its
+        family's ID; '' when none is listed."""
+        for candidate in (os.id, *os.id_like, os.family):
+            if candidate.lower() in self.releases:
+                return candidate.lower()
+        return ""
+
+    def resolve(self, pm: str, name: str, os: "OsInfo") -> str:
+        """The real name on os of the generic name a recipe asks pm for."""
+        oid = self.table_id(os)
+        steps = self.names.get(pm, {}).get(name, {}).get(oid, ())
+        if not steps:
+            return name  # rule 4: the same everywhere
+        # rule 3: an ID reached through ID_LIKE or the family, or no number: the newest
+        version = release_numbers(os.version_id) if oid == os.id.lower() else None
+        if version is None:
+            return steps[-1][1]
+        real = name  # rule 2: older than every entry, the generic name
+        for release, renamed in steps:
+            if release <= version:
+                real = renamed
+        return real
+
+
 @dataclass(frozen=True)
 class Catalog:
     recipes: Tuple[Recipe, ...]
     presets: Tuple[Preset, ...]
+    package_names: PackageNames = field(default_factory=PackageNames)
 
     def for_choices(self, framework: str, network: str) -> List[Recipe]:
         return sorted((r for r in self.recipes if r.applies(framework, network)), key=lambda r: r.order)
@@ -129,7 +185,18 @@ def load_catalog(directory: Optional[Path] = None) -> Catalog:
     dup = {i for i in ids if ids.count(i) > 1}
     if dup:
         raise RecipeError(f"recipes: recipe id {sorted(dup)[0]!r} is used by two files")
-    return Catalog(tuple(recipes), presets)
+    names_file = (Path(directory) / PACKAGE_NAMES if directory is not None
+                  else resources.files("hpcwizard.recipes").joinpath(PACKAGE_NAMES))
+    # A directory of recipes without the table (a test's) has every name as its recipe says.
+    names = (_package_names(names_file, _read(names_file), recipes) if names_file.is_file()
+             else PackageNames())
+    return Catalog(tuple(recipes), presets, names)
+
+
+@functools.lru_cache(maxsize=1)
+def shipped_package_names() -> PackageNames:
+    """The shipped recipes/package-names.toml, checked against the shipped recipes."""
+    return load_catalog().package_names
 
 
 def _read(path) -> dict:
@@ -178,7 +245,7 @@ def _recipe(path, data: dict) -> Recipe:
             raise RecipeError(f"{name}: [packages] {manager!r} is not one of {', '.join(PACKAGE_MANAGERS)}")
         pk[manager] = _strings(f"{name}: packages.{manager}", names)
         for pkg in pk[manager]:
-            if not re.match(r"^[A-Za-z0-9][A-Za-z0-9.+_-]*$", pkg):
+            if not _PACKAGE.match(pkg):
                 raise RecipeError(f"{name}: package name {pkg!r} is not valid")
     steps = tuple(_step(name, i, s) for i, s in enumerate(data.get("steps", [])))
     step_ids = [s.id for s in steps]
@@ -268,6 +335,61 @@ def _step(name: str, index: int, data: dict) -> StepSpec:
             if ph not in PLACEHOLDERS:
                 raise RecipeError(f"{where}: unknown placeholder {{{{{ph}}}}} in '{key}'")
     return spec
+
+
+def _package_names(path, data: dict, recipes: List[Recipe]) -> PackageNames:
+    """recipes/package-names.toml, checked: every ID and release of an entry is listed in
+    [releases], every name valid, and every generic name one a recipe asks its manager for
+    (an entry nothing asks for is a typo or a stale leftover)."""
+    name = path.name
+    unknown = [k for k in data if k != "releases" and k not in PACKAGE_MANAGERS]
+    if unknown:
+        raise RecipeError(f"{name}: {unknown[0]!r} is not [releases] or one of "
+                          f"{', '.join(PACKAGE_MANAGERS)}")
+    if not isinstance(data.get("releases", {}), dict):
+        raise RecipeError(f"{name}: [releases] must be a table")
+    releases: Dict[str, Tuple[str, ...]] = {}
+    for oid, versions in data.get("releases", {}).items():
+        where = f"{name}: releases.{oid}"
+        if not _OS_ID.match(oid):
+            raise RecipeError(f"{where}: an os-release ID is lower-case letters, digits, "
+                              "'.', '_' and '-'")
+        listed = _strings(where, versions)
+        bad = [v for v in listed if not _RELEASE.match(v)]
+        if bad:
+            raise RecipeError(f"{where}: {bad[0]!r} is not a release number like 12 or 22.04")
+        numbers = [release_numbers(v) for v in listed]
+        if not listed or numbers != sorted(set(numbers)):
+            raise RecipeError(f"{where}: list the releases oldest first, each once")
+        releases[oid] = listed
+    names: Dict[str, Dict[str, Dict[str, NameSteps]]] = {}
+    for pm in PACKAGE_MANAGERS:
+        table = data.get(pm, {})
+        if not isinstance(table, dict):
+            raise RecipeError(f"{name}: [{pm}] must hold [{pm}.NAME] tables")
+        asked = {p for r in recipes for p in r.packages.get(pm, ())}
+        for generic, per_id in table.items():
+            where = f"{name}: [{pm}.{generic}]"
+            if generic not in asked:
+                raise RecipeError(f"{where}: no recipe asks {pm} for {generic!r}")
+            if not isinstance(per_id, dict) or not per_id:
+                raise RecipeError(f"{where}: expected ID = {{ RELEASE = NAME }} lines")
+            for oid, entries in per_id.items():
+                if oid not in releases:
+                    raise RecipeError(f"{where}: {oid!r} is not in [releases]")
+                if not isinstance(entries, dict) or not entries:
+                    raise RecipeError(f"{where}: {oid} must be {{ RELEASE = NAME }}")
+                steps = []
+                for release, real in entries.items():
+                    if release not in releases[oid]:
+                        raise RecipeError(f"{where}: {oid} {release!r} is not one of its "
+                                          f"[releases]: {', '.join(releases[oid])}")
+                    if not isinstance(real, str) or not _PACKAGE.match(real):
+                        raise RecipeError(f"{where}: {oid} {release}: package name {real!r} "
+                                          "is not valid")
+                    steps.append((release_numbers(release), real))
+                names.setdefault(pm, {}).setdefault(generic, {})[oid] = tuple(sorted(steps))
+    return PackageNames(releases, names)
 
 
 def _presets(path, data: dict) -> Tuple[Preset, ...]:

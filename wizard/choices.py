@@ -8,6 +8,7 @@ from typing import Any, Dict, Mapping
 
 from . import validate
 from .i18n import _
+from .peers import pattern_list
 
 FRAMEWORKS = ("mpi", "pytorch")
 NETWORKS = ("tcp", "ib")
@@ -24,7 +25,9 @@ class Choices:
     user: str = ""  # the job's user; "" means the user running hpcwizard
     ssh_port: int = 2222
     host_keys: str = "pinned"
-    peers: str = "*"  # ssh_config Host pattern the client settings apply to
+    # ssh_config Host patterns (space separated) the client settings apply to; "" means
+    # derive them from the job's hosts (hpcwizard.peers): a plan keeps what it used
+    peers: str = ""
     ucx_source: str = "distro"  # distro: the distribution's UCX packages; url: a package file
     ucx_url: str = ""  # http(s) address of a UCX .deb/.rpm (ucx_source "url")
     ucx_sha256: str = ""  # its expected sha256, checked when given
@@ -51,7 +54,7 @@ def make_choices(**raw: Any) -> Choices:
     port = validate.port(c.ssh_port)
     if c.user:
         validate.user_name(c.user)
-    validate.host_pattern(c.peers)
+    peers = pattern_list(c.peers)
     validate.choice("UCX source", c.ucx_source, UCX_SOURCES)
     ucx_url, ucx_sha = c.ucx_url, c.ucx_sha256
     if (c.ucx_source == "url" or ucx_url or ucx_sha) and (c.framework, c.network) != ("mpi", "ib"):
@@ -73,7 +76,8 @@ def make_choices(**raw: Any) -> Choices:
         if not ucx_url:
             raise validate.BadInput(_("a UCX sha256 is given without a UCX URL (--ucx-url)"))
         ucx_sha = validate.sha256(ucx_sha)
-    return dataclasses.replace(c, ssh_port=port, ucx_url=ucx_url, ucx_sha256=ucx_sha)
+    return dataclasses.replace(c, ssh_port=port, peers=peers, ucx_url=ucx_url,
+                               ucx_sha256=ucx_sha)
 
 
 def choices_from_mapping(data: Mapping[str, Any]) -> Choices:

@@ -40,8 +40,11 @@ def _add_choices(p: argparse.ArgumentParser, required: bool = True) -> None:
     g.add_argument("--ssh-port", default="2222", help=_("SSH port between instances (default 2222)"))
     g.add_argument("--host-keys", choices=("pinned", "off"), default="pinned",
                    help=_("pinned: trust only this image's host key (default); off: as the guide"))
-    g.add_argument("--peers", default="*",
-                   help=_("ssh Host pattern the client settings apply to (default '*')"))
+    g.add_argument("--peers", default=None, metavar="PATTERNS",
+                   help=_("the job's hosts as ssh Host patterns, space separated ('job-worker-* "
+                          "node1'), the only hosts the SSH client settings apply to (default: "
+                          "from the platform's host list, else this host's name; '*' is every "
+                          "host, git over ssh included)"))
     g.add_argument("--ucx-url", default="",
                    help=_("MPI over IB: install UCX from this .deb/.rpm instead of the distribution's"))
     g.add_argument("--ucx-sha256", default="", help=_("the expected sha256 of the --ucx-url file"))
@@ -180,7 +183,7 @@ def _choices(args: argparse.Namespace) -> Any:
 
     # options that do not apply are refused, not ignored: only MPI gets SSH settings
     # (mpirun starts its ranks over SSH; torchrun needs no SSH server or client config)
-    ssh_only = [flag for flag, given in (("--peers", args.peers != "*"),
+    ssh_only = [flag for flag, given in (("--peers", args.peers is not None),
                                          ("--host-keys off", args.host_keys == "off")) if given]
     if args.framework == "pytorch" and ssh_only:
         raise BadInput(_("{flags}: SSH is configured for MPI only (mpirun starts its ranks "
@@ -262,13 +265,62 @@ def _confirm(question: str, yes: bool) -> None:
         raise KeyboardInterrupt
 
 
-def _sudo_once(plan: Any, facts: Any) -> None:
-    """Ask for the sudo password once, before the run; never inside it."""
+def _sudo_once(needs_root: bool, sudo: str) -> None:
+    """Ask for the sudo password once, before the run (apply, replay, undo); never inside it.
+    Each root step then runs `sudo -n`, on the credentials this leaves for the terminal."""
     import subprocess
 
-    if plan.needs_root and facts.user.sudo == "password":
-        if subprocess.run(["sudo", "-v"]).returncode != 0:
-            raise BadInput(_("sudo did not accept the password: nothing was changed"))
+    if not (needs_root and sudo == "password"):
+        return
+    if not _has_terminal():
+        # sudo would fail at the first root step, after the user steps had run
+        raise BadInput(_("the system steps need your sudo password and there is no terminal "
+                         "to type it in: run this in a terminal, as root, or with passwordless "
+                         "sudo; nothing was changed"))
+    if subprocess.run(["sudo", "-v"]).returncode != 0:
+        raise BadInput(_("sudo did not accept the password: nothing was changed"))
+    # The password opens sudo, but its rules may list some other commands only, and every
+    # root step is `sudo -n -- bash ...`: ask now whether bash is allowed.
+    if subprocess.run(["sudo", "-n", "-l", "bash"], stdin=subprocess.DEVNULL,
+                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0:
+        raise BadInput(_("sudo accepted the password but does not let you run bash as root, "
+                         "which every system step needs: ask an administrator, or use the "
+                         "preset image; nothing was changed"))
+
+
+def _has_terminal() -> bool:
+    """sudo reads the password from /dev/tty, whatever stdin is: a terminal is one that opens
+    (without a controlling terminal it fails with ENXIO)."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
+
+
+def _refuse_without_passwd_entry(runner: Any, pending: "list[tuple[str, str, str]]") -> None:
+    """A uid without a passwd entry (docker run --user 12345) cannot use sudo ("you do not
+    exist in the passwd database"), nor ssh-keygen ("No user exists for uid 12345") or sshd.
+    pending: (as, check, id) of the steps about to run. Those that go through sudo or set up
+    SSH, and whose check does not already pass (a configured machine needs neither), are
+    refused now, before anything runs, rather than failing in the middle."""
+    import pwd
+
+    uid = os.geteuid()
+    if uid == 0:
+        return
+    try:
+        pwd.getpwuid(uid)
+        return
+    except KeyError:
+        pass
+    if any((runner.via_sudo(as_) or step_id.startswith("ssh/"))
+           and not (check and runner.check(as_, check)) for as_, check, step_id in pending):
+        raise BadInput(_("user id {uid} has no entry in /etc/passwd, and sudo, ssh-keygen and "
+                         "sshd refuse such a user, so these steps cannot run: start the "
+                         "container as root or as a named user, or add a passwd entry for uid "
+                         "{uid}; nothing was changed").format(uid=uid))
 
 
 def _terminate_as_interrupt() -> None:
@@ -294,11 +346,13 @@ def _run_plan(plan: Any, facts: Any, record_path: Optional[str], yes: bool, dry_
     if dry_run:
         print(format_dry_run(plan, [runner.check(s.as_, s.check) for s in plan.steps]))
         return EXIT_OK
+    _refuse_without_passwd_entry(runner, [(s.as_, s.check, s.id) for s in plan.steps
+                                          if not s.satisfied])
     # --record FILE: refused before anything runs if anything is there (never written over)
     path = new_record_path(Path(record_path)) if record_path else None
     print(format_plan(plan, brief=True))
     _confirm(_("Run these {n} steps?").format(n=len(plan.steps)), yes)
-    _sudo_once(plan, facts)
+    _sudo_once(plan.needs_root, facts.user.sudo)
     from .lock import run_lock
 
     # The lock first: a second hpcwizard stops here, having written nothing.
@@ -378,12 +432,21 @@ def cmd_undo(args: argparse.Namespace) -> int:
     if not done:
         print(_("{record}: nothing to undo (no step was done)").format(record=args.record))
         return EXIT_OK
+    runner = ShellRunner(record.data["target"]["user"], library=record.library)
+    # an undo text always changes something: no check can spare it sudo
+    _refuse_without_passwd_entry(runner, [(s["as"], "", "") for s in done])
+    root = any(s["as"] == "root" for s in done)
     _confirm(_("Undo {n} steps of {record}?").format(n=len(done), record=args.record), args.yes)
+    # as apply does: the password once, before anything is undone (root's steps, or another
+    # user's, go through sudo)
+    if any(runner.via_sudo(s["as"]) for s in done):
+        from .detect.user import current_user
+
+        _sudo_once(True, current_user().sudo)
     _terminate_as_interrupt()
-    with run_lock(machine=any(s["as"] == "root" for s in done)):
+    with run_lock(machine=root):
         try:
-            status = undo_record(record, ShellRunner(record.data["target"]["user"],
-                                                      library=record.library), ConsoleSink())
+            status = undo_record(record, runner, ConsoleSink())
         except OSError as exc:
             return _record_failed(record, exc)
     return {"undone": EXIT_OK, "interrupted": EXIT_INTERRUPTED}.get(status, EXIT_FAILED)
@@ -418,7 +481,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             ("--framework", args.framework, None), ("--network", args.network, None),
             ("--preset/--manual", args.mode, None), ("--user", args.user, ""),
             ("--ssh-port", args.ssh_port, "2222"), ("--host-keys", args.host_keys, "pinned"),
-            ("--peers", args.peers, "*"), ("--ucx-url", args.ucx_url, ""),
+            ("--peers", args.peers, None), ("--ucx-url", args.ucx_url, ""),
             ("--ucx-sha256", args.ucx_sha256, "")) if value != default]
         if given:
             raise BadInput(_("give --record or the choices ({flags}), not both: the record "

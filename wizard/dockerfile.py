@@ -4,6 +4,7 @@
     COPY hpcwizard-setup.sh      the plan's setup script, made for a fresh image (below)
     RUN  bash hpcwizard-setup.sh
     USER <the job's user>        when it is not root
+    ENV  mpirun's SSH port       MPI only: Open MPI 4's and 5's names (mpi_env)
     EXPOSE <the SSH port>        MPI only: PyTorch needs no SSH server
     CMD  sshd in the foreground  root: /usr/sbin/sshd -D; a user: sshd -D -f ~/.sshd_config
 
@@ -21,7 +22,7 @@ import json
 import re
 from functools import lru_cache
 from importlib import resources
-from typing import Dict
+from typing import Dict, List, Tuple
 
 from . import __version__
 from .compat import tomllib
@@ -95,6 +96,29 @@ def companion_files(plan: Plan) -> Dict[str, str]:
     return {SETUP_NAME: image_setup_script(plan)}
 
 
+def mpi_env(plan: Plan) -> List[Tuple[str, str]]:
+    """The runtime settings among the plan's mpirun arguments (the ssh port: plm_rsh_args) as
+    environment variables for both Open MPI 4 (ORTE reads OMPI_MCA_plm_rsh_args) and 5 (PRRTE
+    reads PRTE_MCA_plm_ssh_args; see launch.mpirun_args_for): mpirun run by hand in the image
+    then reaches the other containers' sshd on the plan's port, whichever Open MPI the image
+    has."""
+    from .launch import mpirun_args_for
+
+    four = list(plan.mpirun_args)
+    five = mpirun_args_for(four, 5)
+    env: List[Tuple[str, str]] = []
+    for i in range(len(four) - 2):
+        if four[i] == "--mca" and five[i] == "--prtemca":  # a runtime setting PRRTE renames
+            env += [(f"OMPI_MCA_{four[i + 1]}", four[i + 2]),
+                    (f"PRTE_MCA_{five[i + 1]}", five[i + 2])]
+    return env
+
+
+def _env_value(value: str) -> str:
+    """A Dockerfile ENV value in double quotes (ENV expands $ and treats \\ as an escape)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
+
+
 def dockerfile(plan: Plan) -> str:
     c, t = plan.choices, plan.target
     preset = uses_preset(plan)
@@ -137,6 +161,11 @@ def dockerfile(plan: Plan) -> str:
     if not t.is_root:
         out.append(f"USER {t.user}")
         out.append(f"WORKDIR {t.home}")
+    env = mpi_env(plan) if c.framework == "mpi" else []
+    if env:
+        out.append(comment(_("mpirun's SSH settings, for Open MPI 4 (ORTE: OMPI_MCA_*) and "
+                             "for Open MPI 5\n(PRRTE: PRTE_MCA_*, in its own names).")))
+        out.append("ENV " + " ".join(f"{k}={_env_value(v)}" for k, v in env))
     if sshd:
         out.append(f"EXPOSE {c.ssh_port}")
         if t.is_root:

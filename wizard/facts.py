@@ -13,7 +13,8 @@ from typing import Any, Dict, Optional, Tuple
 # Families decide package names and the package manager's command line.
 FAMILIES = ("debian", "rhel", "suse", "alpine", "unknown")
 PACKAGE_MANAGERS = ("apt", "dnf", "yum", "zypper", "apk", "")
-SUDO_MODES = ("root", "nopasswd", "password", "none", "unknown")
+# denied: sudo is installed but runs nothing as root for this user; none: no sudo program
+SUDO_MODES = ("root", "nopasswd", "password", "denied", "none", "unknown")
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,9 @@ class UserInfo:
     uid: int = -1
     gid: int = -1
     home: str = ""
-    sudo: str = "unknown"  # root | nopasswd | password | none | unknown
+    sudo: str = "unknown"  # root | nopasswd | password | denied | none | unknown
+    # False for a uid without a passwd entry (docker run --user 12345): sudo refuses it
+    in_passwd: bool = True
 
     @property
     def is_root(self) -> bool:
@@ -139,6 +142,32 @@ class Software:
     def ompi_has_ucx(self) -> bool:
         return "ucx" in self.ompi_pml
 
+    @property
+    def ompi_major(self) -> Optional[int]:
+        """Open MPI's major version: 4 and older run on ORTE, 5 on PRRTE, which names the
+        runtime's settings differently (plm_ssh_args, prte_if_include). None when the MPI is
+        not Open MPI or its version is unknown."""
+        if self.mpi_flavour != "openmpi":
+            return None
+        head = self.mpi_version.lstrip("v").split(".", 1)[0]
+        return int(head) if head.isascii() and head.isdigit() else None
+
+
+@dataclass(frozen=True)
+class SshDir:
+    """This user's ~/.ssh, when the platform provides it (detect/ssh_dir.py)."""
+    path: str = ""
+    mounted: str = ""  # the mounts at it or on files in it: "/root/.ssh (tmpfs, read-only)"
+    read_only: bool = False
+    platform: str = ""  # "Kubeflow MPIJob", "Volcano", or "" when none is named
+    files: Tuple[str, ...] = ()  # which of id_rsa, id_ed25519, authorized_keys, config are there
+    client_port: int = 0  # the first Port its config names (Volcano writes one); 0: none (22)
+
+    @property
+    def provided(self) -> bool:
+        """The platform's: a mount, or a directory this user cannot write."""
+        return bool(self.mounted) or self.read_only
+
 
 @dataclass(frozen=True)
 class Facts:
@@ -154,6 +183,11 @@ class Facts:
     gpus: Tuple[Gpu, ...] = ()
     rdma: Rdma = field(default_factory=Rdma)
     software: Software = field(default_factory=Software)
+    ssh_dir: SshDir = field(default_factory=SshDir)
+    # The package sources' hosts as host:port (apt, dnf/yum, zypper, apk), and whether a TCP
+    # connection to any of them (or to the proxy that reaches them) opened; None = not probed.
+    mirrors: Tuple[str, ...] = ()
+    mirrors_proxy: str = ""  # host:port of the http(s) proxy probed instead, "" for none
     mirrors_reachable: Optional[bool] = None
     notes: Tuple[str, ...] = ()  # why something is unknown, in plain words
     warnings: Tuple[str, ...] = ()  # what will break a job

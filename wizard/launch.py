@@ -12,13 +12,15 @@ then either runs `mpirun` on the first host (the others wait until it tells them
 ended), or `torchrun` on every host with MASTER_ADDR, --nnodes and --node-rank. The plan's
 launch environment (NCCL_*, UCX_*) and mpirun arguments (port, --mca pml ucx, ...) are
 written in. Whether sshd runs as root or as the user is decided when the script runs, so the
-same script serves a preset image whose user is not known here.
+same script serves a preset image whose user is not known here; so is which Open MPI runs
+(`mpirun --version`: 5.x gets PRRTE's names, see mpirun_args_for), and the TCP interface
+mpirun keeps to (`ip route get` of the second host's address: its `dev`).
 """
 from __future__ import annotations
 
 import re
 import shlex
-from typing import List
+from typing import List, Optional, Sequence
 
 from . import __version__
 from .i18n import _, comment
@@ -26,6 +28,48 @@ from . import ops
 from .plan import Plan
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# Open MPI 4 runs on ORTE, Open MPI 5 on PRRTE 3 (Debian 13: Open MPI 5.0.7, PRRTE 3.0.8), and
+# the runtime's settings are named differently. The plan writes the 4.x names; for 5.x they
+# become PRRTE's, given with --prtemca (Open MPI 5.0 docs/man-openmpi/man1/mpirun.1.rst: "It is
+# best to use --pmixmca and --prtemca"). PRRTE maps some old names itself (PRRTE 3.0
+# src/mca/schizo/ompi/schizo_ompi.c, check_prte_overlap), but only as a compatibility shim
+# applied to a job's parameters, and with Open MPI 5.0.0 '--mca plm_rsh_args "-p N"' was not
+# applied: ssh went to port 22 (open-mpi/ompi#12090). The native names need no shim.
+#   ssh arguments: plm_rsh_args (4.1 orte/mca/plm/rsh/plm_rsh_component.c) ->
+#                  plm_ssh_args (PRRTE 3.0 src/mca/plm/ssh/plm_ssh_component.c)
+#   orte_<x>:      orte/runtime/orte_mca_params.c -> prte_<x> (src/runtime/prte_mca_params.c)
+_PRRTE_RENAMES = (("plm_rsh_", "plm_ssh_"), ("orte_", "prte_"))
+# The TCP interface: MPI's own traffic (btl_tcp_if_include, opal/mca/btl/tcp in 4.1 and 5.0)
+# and the runtime's: oob_tcp_if_include (4.1 orte/mca/oob/tcp/oob_tcp_component.c), in
+# PRRTE 3.0 prte_if_include (src/runtime/prte_mca_params.c; oob_tcp_if_include is only a
+# deprecated synonym there).
+IFACE_ARGS_4 = ("--mca", "btl_tcp_if_include", "--mca", "oob_tcp_if_include")
+IFACE_ARGS_5 = ("--mca", "btl_tcp_if_include", "--prtemca", "prte_if_include")
+
+
+def mpirun_args_for(args: Sequence[str], major: Optional[int]) -> List[str]:
+    """The plan's mpirun arguments (Open MPI 4 names) for Open MPI `major`: for 5 and later,
+    '--mca plm_rsh_args V' becomes '--prtemca plm_ssh_args V' and '--mca orte_x V' becomes
+    '--prtemca prte_x V'; everything else (pml, btl, -x) is the same in both."""
+    out = list(args)
+    if major is None or major < 5:
+        return out
+    for i in range(len(out) - 1):
+        if out[i] != "--mca":
+            continue
+        for old, new in _PRRTE_RENAMES:
+            if out[i + 1].startswith(old):
+                out[i], out[i + 1] = "--prtemca", new + out[i + 1][len(old):]
+                break
+    return out
+
+
+def iface_args(iface: str, major: Optional[int]) -> List[str]:
+    """mpirun arguments that keep MPI's and its runtime's TCP traffic on `iface`."""
+    names = IFACE_ARGS_5 if major is not None and major >= 5 else IFACE_ARGS_4
+    return [names[0], names[1], iface, names[2], names[3], iface]
+
 
 _BODY = r'''
 log() { printf 'launch[%s]: %s\n' "${ME:-$(hostname)}" "$*" >&2; }
@@ -42,7 +86,9 @@ Hosts, the first source that names any: --hosts, --hostfile, HOSTS, HOSTFILE,
 Settings (environment): WAIT_TRIES (peer waits, default 10), SLOTS (ranks per host,
   default 1), NP (total ranks), NODE_RANK (this host's index), MASTER_PORT (29500),
   NPROC_PER_NODE (torchrun; default: the GPUs, or 1), WORKER_TIMEOUT (seconds a
-  worker waits for the end of the job; 0: no limit).
+  worker waits for the end of the job; 0: no limit), TCP_IFACE (mpirun: the interface
+  for MPI's TCP traffic, a name or a subnet such as 10.0.0.0/24; default: the interface
+  the route to the second host goes through).
 USAGE
 }
 
@@ -163,6 +209,8 @@ find_hosts() {
   if [ -n "$HOSTFILE_ARG" ]; then SOURCE="--hostfile $HOSTFILE_ARG"; hostfile_names "$HOSTFILE_ARG"; return; fi
   if [ -n "${HOSTS:-}" ]; then SOURCE="HOSTS"; expand_list "$HOSTS"; return; fi
   if [ -n "${HOSTFILE:-}" ]; then SOURCE="HOSTFILE=$HOSTFILE"; hostfile_names "$HOSTFILE"; return; fi
+  # Open MPI 4's orte_default_hostfile (orte/runtime/orte_mca_params.c), Open MPI 5's
+  # prte_default_hostfile (PRRTE 3.0 src/runtime/prte_mca_params.c), as each reads it
   for v in OMPI_MCA_orte_default_hostfile OMPI_MCA_prte_default_hostfile PRTE_MCA_prte_default_hostfile; do
     if [ -n "${!v:-}" ]; then SOURCE="$v=${!v}"; hostfile_names "${!v}"; return; fi
   done
@@ -304,10 +352,47 @@ ROOT_ARGS=()
 if [ "$(id -u)" -eq 0 ]; then ROOT_ARGS=(--allow-run-as-root); fi
 X_ARGS=()
 for v in "${LAUNCH_ENV[@]}"; do X_ARGS+=(-x "$v"); done
-log "mpirun -np $NP on ${NAMES[*]}: $*"
+
+# MPI's TCP traffic on the interface that reaches the peers, not on every one (docker0, a
+# second NIC that does not route there): the route to the first peer names it.
+IFACE=""
+if [ "$N" -gt 1 ]; then
+  if [ -n "${TCP_IFACE:-}" ]; then
+    IFACE=$TCP_IFACE
+    log "TCP interface $IFACE, from TCP_IFACE"
+  else
+    addr=$(getent hosts "${NAMES[1]}" | awk '{print $1; exit}') || true
+    IFACE=$(ip -o route get "$addr" 2>/dev/null | sed -n 's/.* dev \([^ ]*\).*/\1/p') || true
+    if [ "$IFACE" = lo ]; then IFACE=""; fi  # the name is this instance's: no network in between
+    if [ -n "$IFACE" ]; then
+      log "TCP interface $IFACE, from the route to ${NAMES[1]} ($addr)"
+    else
+      log "TCP interface not chosen ('ip route get' gave none for ${NAMES[1]}):" \
+        "MPI tries every interface"
+    fi
+  fi
+fi
+
+# Open MPI 5 (PRRTE) names the ssh and interface settings differently from 4 (ORTE): the
+# mpirun installed here says which one it is.
+OMPI_VERSION=$(mpirun --version 2>/dev/null | awk '/\(Open MPI\)/ {print $NF; exit}') || true
+OMPI_MAJOR=${OMPI_VERSION%%.*}
+if [[ $OMPI_MAJOR =~ ^[0-9]+$ ]] && [ "$OMPI_MAJOR" -ge 5 ]; then
+  MPIRUN_ARGS=(${MPIRUN_ARGS_5[@]+"${MPIRUN_ARGS_5[@]}"})
+  RUNTIME_IF=(--prtemca prte_if_include)
+else
+  RUNTIME_IF=(--mca oob_tcp_if_include)
+fi
+IFACE_ARGS=()
+if [ -n "$IFACE" ]; then
+  IFACE_ARGS=(--mca btl_tcp_if_include "$IFACE" "${RUNTIME_IF[@]}" "$IFACE")
+fi
+
+log "mpirun${OMPI_VERSION:+ (Open MPI $OMPI_VERSION)} -np $NP on ${NAMES[*]}: $*"
 set +e
 mpirun --hostfile "$HOSTFILE_OUT" -np "$NP" ${ROOT_ARGS[@]+"${ROOT_ARGS[@]}"} \
-  ${MPIRUN_ARGS[@]+"${MPIRUN_ARGS[@]}"} ${X_ARGS[@]+"${X_ARGS[@]}"} "$@"
+  ${MPIRUN_ARGS[@]+"${MPIRUN_ARGS[@]}"} ${IFACE_ARGS[@]+"${IFACE_ARGS[@]}"} \
+  ${X_ARGS[@]+"${X_ARGS[@]}"} "$@"
 rc=$?
 set -e
 for h in "${NAMES[@]}"; do
@@ -387,7 +472,14 @@ def launch_script(plan: Plan) -> str:
     out.append(comment(_("Passed to the ranks with mpirun -x (those MPIRUN_ARGS does not pass "
                          "already).")))
     out.append("LAUNCH_ENV=(" + " ".join(shlex.quote(k) for k, _v in env if k not in passed) + ")")
+    if c.framework == "mpi":
+        out.append(comment(_("mpirun's arguments for Open MPI 4 and for Open MPI 5, whose "
+                             "runtime (PRRTE)\nnames them differently: 'mpirun --version' "
+                             "picks one when the script runs.")))
     out.append("MPIRUN_ARGS=(" + " ".join(shlex.quote(a) for a in plan.mpirun_args) + ")")
+    if c.framework == "mpi":
+        out.append("MPIRUN_ARGS_5=(" + " ".join(
+            shlex.quote(a) for a in mpirun_args_for(plan.mpirun_args, 5)) + ")")
     out.append(_BODY.strip("\n").replace("__OPS_FUNCTIONS__", ops.functions(
         "_hw_say", "_hw_is_sshd", "_hw_sshd_pid")))
     out.append((_MPI if c.framework == "mpi" else _TORCH).rstrip("\n"))

@@ -6,15 +6,17 @@ from __future__ import annotations
 import os
 import pwd
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from . import ops
-from .catalog import Catalog, Preset, Recipe, StepSpec, substitute
+from .catalog import (Catalog, PackageNames, Preset, Recipe, StepSpec, shipped_package_names,
+                      substitute)
 from .choices import Choices
-from .facts import Facts, OsInfo
+from .facts import Facts, OsInfo, SshDir
 from .i18n import N_, _, pick, translations
 from .inputs import ascii_int
+from .peers import Peers, resolve_peers
 from .validate import BadInput, package_file_name
 
 _HOME = re.compile(r"^/[A-Za-z0-9._/-]*$")
@@ -154,7 +156,34 @@ def _conditions(facts: Facts, choices: Choices, target: Target) -> Dict[str, boo
         "family_rhel": facts.os.family == "rhel",
         "ucx_distro": choices.ucx_source != "url",
         "ucx_url": choices.ucx_source == "url",
+        # the target's ~/.ssh is not one the platform mounted (or made read-only)
+        "ssh_dir_ours": platform_ssh_dir(facts, target) is None,
     }
+
+
+def platform_ssh_dir(facts: Optional[Facts], target: Target) -> Optional[SshDir]:
+    """The target's ~/.ssh when the platform provides it (Kubeflow MPIJob's or Volcano's
+    Secret, a read-only directory): its keys are used as they are and nothing is written
+    there. Only the user running hpcwizard is looked at (detect/ssh_dir.py)."""
+    if facts is None or not facts.ssh_dir.provided:
+        return None
+    return facts.ssh_dir if facts.ssh_dir.path == os.path.join(target.home, ".ssh") else None
+
+
+def platform_ssh_note(d: SshDir, target: Target) -> str:
+    where = d.mounted or _("{path} (read-only)").format(path=d.path)
+    by = _(" by {platform}").format(platform=d.platform) if d.platform else ""
+    found = _("{path} is provided{by}: {where}. Its keys ({files}) are used as they are and "
+              "hpcwizard writes nothing there.").format(
+        path=d.path, by=by, where=where, files=", ".join(d.files) or _("none yet"))
+    if target.is_root:
+        return found + " " + _("sshd also serves port {port}, where the platform's ssh "
+                               "connects.").format(port=d.client_port or 22)
+    # a user's own sshd keeps its host key and pid file in ~/.ssh
+    return found + " " + _("{user}'s own sshd needs its host key and pid file in {path}, "
+                           "which cannot be written: run hpcwizard as root in this "
+                           "container, or start sshd the platform's way.").format(
+        user=target.user, path=d.path)
 
 
 def _values(choices: Choices, target: Target, facts: Optional[Facts] = None) -> Dict[str, str]:
@@ -170,6 +199,7 @@ def _values(choices: Choices, target: Target, facts: Optional[Facts] = None) -> 
             "home": target.home, "peers": choices.peers, "host_key": host_key,
             "ucx_url": choices.ucx_url, "ucx_file": ucx_file, "ucx_sha256": choices.ucx_sha256,
             "nccl_conf": nccl_conf, "peer_sample": peer_sample(choices.peers),
+            "known_hosts_patterns": known_hosts_patterns(choices.peers, choices.ssh_port),
             "sshd_kept_ports": kept_ports(facts, choices, target),
             "apt_lock_timeout": str(apt_lock_timeout())}
 
@@ -180,14 +210,56 @@ def kept_ports(facts: Optional[Facts], choices: Choices, target: Target) -> str:
     alone. Lines to follow 'Port N' in the settings ('' when there is none to keep)."""
     if facts is None or not target.is_root:
         return ""
-    return "".join(f"\n# sshd serves port {p} now: it keeps serving it\nPort {p}"
-                   for p in facts.software.sshd_ports if p != choices.ssh_port)
+    lines = [f"\n# sshd serves port {p} now: it keeps serving it\nPort {p}"
+             for p in facts.software.sshd_ports if p != choices.ssh_port]
+    provided = platform_ssh_dir(facts, target)
+    if provided is not None:
+        port = provided.client_port or 22
+        if port != choices.ssh_port and port not in facts.software.sshd_ports:
+            lines.append(f"\n# the platform's ssh client connects to port {port}\nPort {port}")
+    return "".join(lines)
+
+
+def known_hosts_patterns(peers: str, port: int) -> str:
+    """known_hosts' host field for the peers: '[pattern]:port' for each (how ssh looks a host
+    up on a port other than 22), the bare patterns on 22."""
+    return ",".join(p if port == 22 else f"[{p}]:{port}" for p in peers.split())
 
 
 def peer_sample(pattern: str) -> str:
-    """A host name the peers pattern matches ('job-*' -> 'job-hpcwizard-peer'): the host
-    'ssh -G' is asked about, to see the client settings in effect for the job's peers."""
-    return pattern.replace("*", "hpcwizard-peer").replace("?", "x")
+    """A host name the peers pattern list matches ('job-* node1' -> 'job-hpcwizard-peer'):
+    the host 'ssh -G' is asked about, to see the client settings in effect for the job's
+    peers. A Host line matches when any of its patterns does: the first one is enough."""
+    first = pattern.split(" ", 1)[0]
+    return first.replace("*", "hpcwizard-peer").replace("?", "x")
+
+
+def with_peers(facts: Facts, choices: Choices,
+               env: Optional[Mapping[str, str]] = None) -> Tuple[Choices, Optional[Peers]]:
+    """choices with the peers the plan uses (derived from the job's hosts when none were
+    given), and where they come from; None for PyTorch, which gets no SSH settings (and so
+    does not fail on a platform variable it never reads)."""
+    if choices.framework != "mpi":
+        return choices, None
+    peers = resolve_peers(choices.peers, os.environ if env is None else env, facts.hostname)
+    return replace(choices, peers=peers.pattern), peers
+
+
+PEERS_NOTE = N_("These hosts come from {source}; --peers names others.")
+
+
+def _peers_noted(step: Step, peers: Optional[Peers]) -> Step:
+    """The client settings' step says where its hosts came from, in each language."""
+    if peers is None or not step.id.endswith("/client-config"):
+        return step
+
+    def note(text: str, lang: str) -> str:
+        said = translations(lang).gettext(PEERS_NOTE).format(source=peers.source_in(lang))
+        return f"{text} {said}".strip()
+
+    i18n = {lang: dict(texts, note=note(texts.get("note", ""), lang))
+            for lang, texts in step.i18n.items()}
+    return replace(step, note=note(step.note, "en"), i18n=i18n)
 
 
 def package_manager(facts: Facts) -> str:
@@ -195,24 +267,33 @@ def package_manager(facts: Facts) -> str:
     return pm if pm in ("apt", "dnf", "yum") else ""
 
 
-def wanted_packages(pm: str, recipes: List[Recipe]) -> Tuple[str, ...]:
-    """Every package the recipes want from pm, in recipe order, each once."""
+def wanted_packages(pm: str, recipes: List[Recipe], os_info: Optional[OsInfo] = None,
+                    names: Optional[PackageNames] = None) -> Tuple[str, ...]:
+    """Every package the recipes want from pm, in recipe order, each once, by its real name
+    on os_info: a recipe asks by the generic name, recipes/package-names.toml (names; the
+    shipped one by default) gives the name on that release. Without os_info, the generic
+    names."""
+    table = names if names is not None else shipped_package_names()
     wanted: List[str] = []
     for r in recipes:
-        for name in r.packages.get(pm, ()):
-            if name not in wanted:
+        for generic in r.packages.get(pm, ()):
+            name = table.resolve(pm, generic, os_info) if os_info is not None else generic
+            if name not in wanted:  # two generic names may be one package somewhere
                 wanted.append(name)
     return tuple(wanted)
 
 
-def packages_step(facts: Facts, recipes: List[Recipe]) -> Optional[Step]:
-    """All packages of all chosen recipes in one transaction: one update, one install."""
+def packages_step(facts: Facts, recipes: List[Recipe],
+                  names: Optional[PackageNames] = None) -> Optional[Step]:
+    """All packages of all chosen recipes in one transaction: one update, one install, by
+    their names on this release (wanted_packages)."""
     pm = package_manager(facts)
     if not pm:
         return None
     why = "; ".join(r.title for r in recipes if r.packages.get(pm))
     why_zh = "；".join(pick(r.title, r.i18n, "title", "zh") for r in recipes if r.packages.get(pm))
-    return install_step(pm, wanted_packages(pm, recipes), facts.software.packages, why, why_zh)
+    return install_step(pm, wanted_packages(pm, recipes, facts.os, names),
+                        facts.software.packages, why, why_zh)
 
 
 def apt_lock_timeout() -> int:
@@ -412,16 +493,45 @@ def recommend(facts: Facts, choices: Choices, preset: Optional[Preset],
     blockers: List[str] = []
     u = facts.user
     root = needs_root(steps)
-    if root and u.sudo in ("none",):
+    ssh = any(s.id.startswith("ssh/") and not s.satisfied for s in steps)
+    if (root or ssh) and not u.is_root and not u.in_passwd:
+        # sudo, ssh-keygen and sshd refuse a uid they cannot name ("you do not exist in the
+        # passwd database", "No user exists for uid 12345")
+        blockers.append(_("User id {uid} has no entry in /etc/passwd, and sudo, ssh-keygen "
+                          "and sshd refuse such a user: the steps this job needs cannot run "
+                          "here. Start the container as root or as a named user (or add a "
+                          "passwd entry for uid {uid}), or use a preset image.").format(
+            uid=u.uid))
+    elif root and u.sudo in ("none",):
         blockers.append(_("You are {user}, not root, and cannot use sudo: the system packages "
                           "and settings this job needs cannot be installed here, so a preset "
                           "image is the only way.").format(user=u.name))
+    elif root and u.sudo == "denied":
+        # sudo is installed, but no password would help: the same way out as without sudo
+        blockers.append(_("You are {user}, not root, and sudo here runs nothing as root for "
+                          "you (not in the sudoers file, rules for other commands only, or "
+                          "sudo unusable here: hpcwizard detect says which): "
+                          "the system packages and settings this job needs cannot be installed "
+                          "here, so a preset image is the only way, unless an administrator "
+                          "gives you sudo.").format(user=u.name))
     if wants_packages and not package_manager(facts):
         blockers.append(_("No supported package manager (apt, dnf, yum) on {os}.").format(
             os=facts.os.pretty_name or facts.os.id))
-    if facts.mirrors_reachable is False and any(s.id == "packages/install" for s in steps):
-        blockers.append(_("The package mirrors cannot be reached from this machine, so "
-                          "nothing can be installed here."))
+    if facts.mirrors_reachable is False and any(s.id == "packages/install" and not s.satisfied
+                                                for s in steps):
+        if facts.mirrors:  # name what was tried, so that the user can check it
+            hosts = ", ".join(facts.mirrors[:4]) + (", …" if len(facts.mirrors) > 4 else "")
+            if facts.mirrors_proxy:
+                hosts += "; " + _("through the proxy {proxy}").format(proxy=facts.mirrors_proxy)
+            blockers.append((_("The package mirrors cannot be reached from this machine "
+                               "({hosts}), so nothing can be installed here: use the preset "
+                               "image.") if preset is not None else
+                             _("The package mirrors cannot be reached from this machine "
+                               "({hosts}), so nothing can be installed here.")).format(
+                hosts=hosts))
+        else:
+            blockers.append(_("The package mirrors cannot be reached from this machine, so "
+                              "nothing can be installed here."))
     ib = ib_problem(facts) if choices.network == "ib" else ""
     gpu_reasons, preset_too_old = driver_reasons(facts, preset)
     if blockers and preset is not None:
@@ -486,7 +596,10 @@ def chosen_recipes(facts: Facts, choices: Choices, catalog: Catalog,
             if all(cond[c] for c in r.when)]
 
 
-def build_plan(facts: Facts, choices: Choices, catalog: Catalog) -> Plan:
+def build_plan(facts: Facts, choices: Choices, catalog: Catalog,
+               env: Optional[Mapping[str, str]] = None) -> Plan:
+    """env: where the job's host names are read when no peers are given (os.environ)."""
+    choices, peers = with_peers(facts, choices, env)
     target = resolve_target(facts, choices.user)
     cond = _conditions(facts, choices, target)
     values = _values(choices, target, facts)
@@ -499,21 +612,26 @@ def build_plan(facts: Facts, choices: Choices, catalog: Catalog) -> Plan:
                              "with {pm}").format(file=values["ucx_file"], kind=kind,
                                                  os=facts.os.pretty_name or facts.os.id, pm=pm))
     steps: List[Step] = []
-    pk = packages_step(facts, recipes)
+    pk = packages_step(facts, recipes, catalog.package_names)
     if pk:
         steps.append(pk)
     for recipe in recipes:
         for spec in recipe.steps:
             if all(cond[c] for c in spec.when):
-                steps.append(_step(recipe, spec, values))
+                steps.append(_peers_noted(_step(recipe, spec, values), peers))
     steps_t = tuple(steps)
     warnings: List[str] = list(facts.warnings)
+    provided = platform_ssh_dir(facts, target) if peers is not None else None
+    if provided is not None:
+        warnings.append(platform_ssh_note(provided, target))
+    elif peers is not None and peers.warning:  # (no client settings are written then)
+        warnings.append(peers.warning)
     if choices.host_keys == "off":
         warnings.append(_("Host keys are not checked (--host-keys off): any machine answering "
                           "to '{peers}' on port {port} is trusted.").format(
             peers=choices.peers, port=choices.ssh_port))
     pm = package_manager(facts)
-    wanted = wanted_packages(pm, recipes) if pm else ()
+    wanted = wanted_packages(pm, recipes, facts.os, catalog.package_names) if pm else ()
     preset = catalog.preset_for(choices.framework, choices.network)
     rec = recommend(facts, choices, preset, steps_t, any(r.packages for r in recipes), wanted)
     label = facts.os.pretty_name or f"{facts.os.id} {facts.os.version_id}".strip()

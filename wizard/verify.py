@@ -7,16 +7,21 @@ check carries the diagnoses the signature table (recipes/diagnoses.toml, scope "
 in the command's output — or, when a command fails silently (a name that does not resolve,
 a port that does not answer), the table's entry for that failure — and one plain line.
 
-Here: sshd listening on the port; key login to this host in BatchMode; over InfiniBand:
-OpenMPI has pml ucx, UCX lists an IB transport, the ports are ACTIVE (and their rate),
-uverbs devices open, locked memory is unlimited; for PyTorch: torch and NCCL import.
+Here: for MPI, sshd listening on the port and key login in BatchMode, both at 127.0.0.1 (not
+'localhost', a name that does not resolve everywhere sshd works); over InfiniBand: OpenMPI
+has pml ucx, UCX lists an IB transport, the ports are ACTIVE (and their rate), uverbs devices
+open, locked memory is unlimited; for PyTorch: torch and NCCL import, and the SSH checks are
+skipped with the reason (torchrun's rendezvous is TCP; the job needs no SSH).
 
 Across instances, one chain per host, at most MAX_WORKERS at once: the name resolves
 (getent hosts: /etc/hosts and DNS, as the job sees them), the SSH port answers, `ssh HOST
-hostname` in BatchMode returns that host's name. Then, for MPI, `mpirun hostname` on every
-host (and over IB an MPI all-reduce whose UCX log shows IB or TCP); for PyTorch a two-instance
-torch.distributed all-reduce started through the launch script (gloo on CPU, nccl on GPU;
-over IB its NCCL log shows IB or sockets).
+hostname` in BatchMode returns that host's name (for PyTorch only verify's own test needs
+SSH: a failure there is a skip). Then, for MPI, `mpirun hostname` on every host (and over
+IB an MPI all-reduce whose UCX log shows IB or TCP), in the names of the Open MPI installed
+here (`mpirun --version`: 5.x takes PRRTE's) and kept to the interface that the route to
+the first other host goes through; for PyTorch a two-instance torch.distributed all-reduce
+started through the launch script, so through torchrun's rendezvous on its port (gloo on
+CPU, nccl on GPU; over IB its NCCL log shows IB or sockets).
 
 Commands run through a `System` (the seam): tests pass a fake one.
 """
@@ -37,7 +42,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .diagnose import Diagnosis, diagnose, explain
-from .facts import Facts
+from .facts import Facts, Software
 from .hosts import Hosts
 from .i18n import _
 from .plan import Plan
@@ -48,6 +53,7 @@ MAX_WORKERS = 16
 CONNECT_TIMEOUT = 3  # seconds, a TCP connect to a peer's SSH port
 SSH_TIMEOUT = 20.0
 JOB_TIMEOUT = 120.0
+RENDEZVOUS_PORT = "29500"  # torchrun's MASTER_PORT in the launch script, when none is set
 
 SSH_OPTS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=5")
 
@@ -255,6 +261,8 @@ class _Ctx:
         self.owner: Optional[Owner] = None  # who gets verify's temporary files (None: we)
         self.python = "python3"  # the interpreter that imports torch, once check_torch found it
         self.cannot_act_as = ""
+        # for the mpirun commands, found once (mpi_setup): Open MPI's version, the interface
+        self.mpi: Optional[Tuple[Optional[int], str, str, str]] = None
         if system.user() != self.target:
             if system.uid() == 0:
                 self.as_target = ("runuser", "-u", self.target, "--")
@@ -310,8 +318,7 @@ def check_sshd(ctx: _Ctx) -> Check:
     t0 = time.monotonic()
     r = ctx.sys.run(["timeout", str(CONNECT_TIMEOUT), "bash", "-c",
                      f": </dev/tcp/127.0.0.1/{ctx.port}"], timeout=CONNECT_TIMEOUT + 2)
-    return _check("here/sshd", _("sshd listens on port {port} here").format(port=ctx.port),
-                  r, r.ok,
+    return _check("here/sshd", _sshd_title(ctx), r, r.ok,
                   detail=(_("{address} answers").format(address=f"127.0.0.1:{ctx.port}")
                           if r.ok else r.last_line()),
                   plain=_("Nothing listens on port {port} on this instance: sshd is not "
@@ -390,14 +397,29 @@ def check_client_settings(ctx: _Ctx) -> Check:
                   t0=t0)
 
 
+def _sshd_title(ctx: _Ctx) -> str:
+    return _("sshd listens on port {port} here").format(port=ctx.port)
+
+
+def _login_title() -> str:
+    return _("key login to this host (BatchMode)")
+
+
+def no_ssh_reason() -> str:
+    """Why a PyTorch plan's SSH checks are skipped."""
+    return _("PyTorch jobs start through torchrun's rendezvous, not SSH")
+
+
 def check_self_login(ctx: _Ctx) -> Check:
-    title = _("key login to this host (BatchMode)")
+    """To 127.0.0.1, not 'localhost': that name does not resolve everywhere sshd works (an
+    /etc/hosts without it), and this check is about the key and sshd, not about names."""
+    title = _login_title()
     if ctx.cannot_act_as:
         return _skip("here/login", title, ctx.cannot_act_as)
     t0 = time.monotonic()
-    r = ctx.sys.run(ctx.ssh("localhost", "true"), timeout=SSH_TIMEOUT)
+    r = ctx.sys.run(ctx.ssh("127.0.0.1", "true"), timeout=SSH_TIMEOUT)
     return _check("here/login", title, r, r.ok,
-                  detail=f"{ctx.target}@localhost:{ctx.port}" if r.ok else r.last_line(),
+                  detail=f"{ctx.target}@127.0.0.1:{ctx.port}" if r.ok else r.last_line(),
                   plain=_("{user} cannot log in to this instance with its key without a "
                           "prompt; mpirun would fail the same way on every instance.").format(
                       user=ctx.target),
@@ -556,11 +578,14 @@ def check_torch(ctx: _Ctx) -> List[Check]:
 
 def local_checks(ctx: _Ctx) -> List[Check]:
     out: List[Check] = []
-    if ctx.framework == "mpi" or ctx.plan.recommendation.path != "preset":
-        out.append(check_sshd(ctx))
-        if ctx.framework == "mpi":  # the settings hpcwizard wrote: only MPI plans write them
-            out += [check_sshd_settings(ctx), check_client_settings(ctx)]
-        out.append(check_self_login(ctx))
+    if ctx.framework == "mpi":
+        out += [check_sshd(ctx), check_sshd_settings(ctx), check_client_settings(ctx),
+                check_self_login(ctx)]
+    else:
+        # torchrun meets the other instances over TCP (its rendezvous on MASTER_PORT, then
+        # NCCL or gloo): a PyTorch job needs neither sshd nor a key login. Said, not failed.
+        out += [_skip("here/sshd", _sshd_title(ctx), no_ssh_reason()),
+                _skip("here/login", _login_title(), no_ssh_reason())]
     if ctx.network == "ib":
         if ctx.framework == "mpi":
             out.append(check_ompi_ucx(ctx))
@@ -572,6 +597,12 @@ def local_checks(ctx: _Ctx) -> List[Check]:
 
 
 # --- checks across instances -------------------------------------------------------------------
+
+
+def _soft(seen: str, host: str) -> str:
+    """A PyTorch plan's SSH check that did not pass: what was seen, and why it is a skip."""
+    return _("{seen}; {reason}: verify uses SSH only to start its own test on {host}").format(
+        seen=seen, reason=no_ssh_reason(), host=host)
 
 
 def peer_checks(ctx: _Ctx, host: str) -> List[Check]:
@@ -599,11 +630,12 @@ def peer_checks(ctx: _Ctx, host: str) -> List[Check]:
     r = ctx.sys.run(["timeout", str(CONNECT_TIMEOUT), "bash", "-c",
                      f": </dev/tcp/{host}/{ctx.port}"], timeout=CONNECT_TIMEOUT + 2)
     timed_out = r.rc == 124
+    seen = (_("{address} answers").format(address=f"{addr}:{ctx.port}") if r.ok else
+            (_("no answer within {seconds}s").format(seconds=CONNECT_TIMEOUT) if timed_out
+             else r.last_line()))
     c = _check(f"peer/{host}/port", port_title, r, r.ok,
-               detail=_("{address} answers").format(address=f"{addr}:{ctx.port}") if r.ok else
-               (_("no answer within {seconds}s").format(seconds=CONNECT_TIMEOUT) if timed_out
-                else r.last_line()),
-               host=host, fallback="ssh-timeout" if timed_out else "ssh-refused",
+               detail=_soft(seen, host) if soft and not r.ok else seen, host=host,
+               fallback="ssh-timeout" if timed_out else "ssh-refused",
                plain=(_("{host} ({address}) does not answer on port {port}: sshd is not "
                         "running there, or a firewall drops the traffic.") if timed_out else
                       _("{host} ({address}) does not answer on port {port}: sshd is not "
@@ -629,7 +661,9 @@ def peer_checks(ctx: _Ctx, host: str) -> List[Check]:
                            "entry).").format(host=host, name=got),
                          host, seconds=time.monotonic() - t0))
         return out
-    out.append(_check(f"peer/{host}/login", title, r, r.ok, detail=got or r.last_line(),
+    seen = got or r.last_line()
+    out.append(_check(f"peer/{host}/login", title, r, r.ok,
+                      detail=_soft(seen, host) if soft and not r.ok else seen,
                       host=host, t0=t0, status=(SKIP if soft and not r.ok else None),
                       plain=_("{user} cannot log in to {host} with its key without a "
                               "prompt, so mpirun cannot start ranks there.").format(
@@ -645,11 +679,62 @@ def _hostfile_text(hosts: Hosts) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _mpirun_base(ctx: _Ctx, hostfile: str, np: int) -> List[str]:
+def route_dev(text: str) -> str:
+    """`ip -o route get ADDRESS` -> the interface the route goes through ('eth0'); '' when it
+    names none, or only lo (the address is this instance's own: no network in between)."""
+    m = re.search(r"\bdev (\S+)", text)
+    dev = m.group(1) if m else ""
+    return "" if dev == "lo" else dev
+
+
+def mpi_setup(ctx: _Ctx, hosts: Hosts) -> Tuple[Optional[int], str, str, str]:
+    """(Open MPI's major version, its version, the TCP interface, which route chose it) for
+    verify's mpirun commands, found once per verification. The version is the one
+    `mpirun --version` names (apply may have installed Open MPI after the facts were
+    detected), else the facts'; the interface is the one the route to the first other host
+    goes through (`ip -o route get ADDRESS`), as the launch script chooses it."""
+    if ctx.mpi is not None:
+        return ctx.mpi
+    from .detect.software import parse_mpirun_version
+
+    r = ctx.sys.run([*ctx.as_target, "mpirun", "--version"], timeout=10)
+    flavour, version = parse_mpirun_version(r.out) if r.ok else ("", "")
+    sw = Software(mpi_flavour=flavour, mpi_version=version) if flavour else ctx.facts.software
+    major = sw.ompi_major
+    me = _short(ctx.facts.hostname)
+    others = [h for h in hosts.names if _short(h) != me] if me else list(hosts.names[1:])
+    iface = why = ""
+    if others:
+        g = ctx.sys.run(["getent", "hosts", others[0]], timeout=10)
+        addr = g.out.split()[0] if g.ok and g.out.split() else ""
+        route = ctx.sys.run(["ip", "-o", "route", "get", addr], timeout=5) if addr else None
+        iface = route_dev(route.out) if route is not None and route.ok else ""
+        why = _("the route to {host} at {address}").format(host=others[0], address=addr)
+    ctx.mpi = (major, sw.mpi_version if major is not None else "", iface, why)
+    return ctx.mpi
+
+
+def _mpi_note(ctx: _Ctx) -> str:
+    """What verify's mpirun used: '; Open MPI 5.0.7; TCP interface eth0 (the route to ...)'."""
+    _major, version, iface, why = ctx.mpi or (None, "", "", "")
+    parts = [f"Open MPI {version}"] if version else []
+    if iface:
+        parts.append(_("TCP interface {iface} ({why})").format(iface=iface, why=why))
+    return "".join("; " + p for p in parts)
+
+
+def _mpirun_base(ctx: _Ctx, hostfile: str, np: int, hosts: Hosts) -> List[str]:
+    """mpirun with the plan's arguments in the names of the Open MPI installed here (5.x:
+    PRRTE's), kept to the interface that reaches the other hosts."""
+    from .launch import iface_args, mpirun_args_for
+
+    major, _version, iface, _why = mpi_setup(ctx, hosts)
     argv = [*ctx.as_target, "mpirun", "--hostfile", hostfile, "-np", str(np)]
     if ctx.target == "root" or ctx.plan.target.uid == 0:
         argv.append("--allow-run-as-root")
-    argv += list(ctx.plan.mpirun_args)
+    argv += mpirun_args_for(ctx.plan.mpirun_args, major)
+    if iface:
+        argv += iface_args(iface, major)
     return argv
 
 
@@ -660,7 +745,7 @@ def check_mpirun(ctx: _Ctx, hosts: Hosts) -> Check:
     t0 = time.monotonic()
     n = len(hosts.names)
     hf = ctx.write_temp("hostfile", "\n".join(f"{h} slots=1" for h in hosts.names) + "\n")
-    argv = _mpirun_base(ctx, hf, n) + ["--map-by", "node", "hostname"]
+    argv = _mpirun_base(ctx, hf, n, hosts) + ["--map-by", "node", "hostname"]
     r = ctx.sys.run(argv, timeout=JOB_TIMEOUT)
     # one host name a line; anything else is mpirun's own chatter (a setpgid warning of
     # plm:rsh under load, say), not a rank's answer
@@ -668,7 +753,8 @@ def check_mpirun(ctx: _Ctx, hosts: Hosts) -> Check:
     got = sorted({_short(x) for x in names})
     want = sorted({_short(x) for x in hosts.names})
     ok = r.ok and len(names) == n and got == want
-    detail = (_("{n} ranks on {hosts}").format(n=n, hosts=", ".join(got)) if ok else
+    detail = (_("{n} ranks on {hosts}").format(n=n, hosts=", ".join(got)) + _mpi_note(ctx)
+              if ok else
               (_("ran on {hosts}").format(hosts=", ".join(got)) if r.ok else r.last_line()))
     return _check("cluster/mpirun", _("mpirun starts a process on all {n} hosts").format(n=n),
                   r, ok, detail=detail, fallback="mpi-daemons", t0=t0,
@@ -786,7 +872,7 @@ def check_mpi_transport(ctx: _Ctx, hosts: Hosts) -> Check:
                           plain=_("Could not copy the MPI test program to the other "
                                   "instance."))
     hf = ctx.write_temp("hostfile-2", "".join(f"{h} slots=1\n" for h in pair))
-    argv = _mpirun_base(ctx, hf, 2) + ["--map-by", "node", "--mca", "pml", "ucx",
+    argv = _mpirun_base(ctx, hf, 2, hosts) + ["--map-by", "node", "--mca", "pml", "ucx",
                                        "-x", "UCX_LOG_LEVEL=info"]
     passed = {a for i, a in enumerate(argv) if i and argv[i - 1] == "-x"}
     for k, _v in ctx.plan.launch_env:
@@ -857,7 +943,10 @@ def check_torch_allreduce(ctx: _Ctx, hosts: Hosts, here: str) -> List[Check]:
                                         "yourself").format(host=other, error=failed.last_line()),
                           command=failed.command)]
     pair = f"{here},{other}"
-    env = {"NCCL_DEBUG": "INFO", "HOSTS": pair, "WAIT_TRIES": "5"}
+    # The rendezvous (torchrun's TCP store on the first host) named on both sides: a
+    # MASTER_ADDR or MASTER_PORT in verify's own environment must not reach one half only.
+    env = {"NCCL_DEBUG": "INFO", "HOSTS": pair, "WAIT_TRIES": "5", "MASTER_ADDR": here,
+           "MASTER_PORT": RENDEZVOUS_PORT}
     envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     # The python3 that imports torch here (the same image is at the same path there): an
     # SSH command's PATH often lacks a conda or pyenv interpreter.
@@ -874,8 +963,9 @@ def check_torch_allreduce(ctx: _Ctx, hosts: Hosts, here: str) -> List[Check]:
           and all(x.get("sum") == x.get("expected") for x in results))
     both = Ran(r_local.argv, r_local.rc or r_remote.rc, r_local.out + "\n" + r_remote.out)
     backend = results[0].get("backend", "") if results else ""
-    detail = (_("{backend}: sum {sum} on both ranks, as expected").format(
-        backend=backend, sum=results[0].get("sum")) if ok else
+    detail = (_("{backend}: sum {sum} on both ranks, as expected (rendezvous at "
+                "{address})").format(backend=backend, sum=results[0].get("sum"),
+                                     address=f"{here}:{RENDEZVOUS_PORT}") if ok else
               (_("results: {results}").format(results=results) if results
                else both.last_line()))
     command = shlex.join(local) + "  &  " + shlex.join(remote)

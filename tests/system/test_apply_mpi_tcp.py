@@ -32,9 +32,22 @@ pytestmark = pytest.mark.system
 
 PORT = 2222
 TEST_USER = "hpcwtest1"
-PACKAGES = ("openssh-server", "dnsutils", "openmpi-bin", "libopenmpi-dev")
+PACKAGES = ("openssh-server", "bind9-dnsutils", "openmpi-bin", "libopenmpi-dev", "gcc",
+            "libc6-dev")
 MPIRUN = ["mpirun", "--bind-to", "none", "-np", "3",
           "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0"]
+HELLO_C = """#include <mpi.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    int rank, size;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    printf("hello %d of %d\\n", rank, size);
+    MPI_Finalize();
+    return 0;
+}
+"""
 
 
 # --- helpers ----------------------------------------------------------------------------
@@ -283,6 +296,19 @@ def test_apply_prove_across_namespaces_then_undo(target: Target, wizard: Wizard,
     mpi = cluster.run("node1", argv, user=user, timeout=90)
     assert mpi.returncode == 0 and sorted(mpi.stdout.split()) == cluster.names, \
         f"mpirun across {cluster.names} did not print their names{show(mpi)}{node_logs()}"
+
+    # mpicc works after apply (issue 15: it needs gcc, which libopenmpi-dev leaves out), in
+    # a directory of the job's user
+    work = cluster.tmp / "hello"
+    work.mkdir()
+    os.chown(work, pwd.getpwnam(target.name).pw_uid, -1)
+    (work / "hello.c").write_text(HELLO_C)
+    root_flag = "" if user else "--allow-run-as-root "
+    built = cluster.run("node1", ["sh", "-c", "mpicc hello.c -o hello && mpirun " + root_flag
+                                  + "--oversubscribe --bind-to none -np 2 ./hello"],
+                        user=user, cwd=str(work), timeout=120)
+    assert built.returncode == 0 and sorted(built.stdout.splitlines()) == \
+        ["hello 0 of 2", "hello 1 of 2"], f"mpicc hello.c && mpirun -np 2 failed{show(built)}"
 
     # 3. a second apply finds everything done
     proc2, record2 = wizard.apply("second")

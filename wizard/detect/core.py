@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from ..facts import Facts
-from . import gpu, hardware, net, os_release, rdma, runtime, software, user
+from . import gpu, hardware, mirrors, net, os_release, rdma, runtime, software, ssh_dir, user
 from .base import Context, Found
 from .run import CommandTimeout
 
@@ -39,10 +39,12 @@ PROBES: Sequence[Probe] = (
     Probe("rdma", "the RDMA devices", rdma.probe),
     Probe("gpu", "the GPUs", gpu.probe),
     Probe("ssh", "SSH", software.probe_ssh),
+    Probe("ssh_dir", "the SSH directory", ssh_dir.probe),
     Probe("mpi", "MPI", software.probe_mpi),
     Probe("ucx", "UCX", software.probe_ucx),
     Probe("torch", "PyTorch", software.probe_torch),
     Probe("packages", "the installed packages", software.probe_packages),
+    Probe("mirrors", "the package mirrors", mirrors.probe),
 )
 
 

@@ -56,6 +56,18 @@ def _table(rows: List[List[str]]) -> List[str]:
     ]
 
 
+def _mirrors(facts: Facts) -> str:
+    """The package mirrors and whether one answered: 'deb.debian.org:80 (reachable)'."""
+    if not facts.mirrors:
+        return _("none configured")
+    shown = ", ".join(facts.mirrors[:4]) + (", …" if len(facts.mirrors) > 4 else "")
+    if facts.mirrors_proxy:
+        shown += "; " + _("through the proxy {proxy}").format(proxy=facts.mirrors_proxy)
+    state = _yes_no(facts.mirrors_reachable, _("reachable"), _("none reachable"),
+                    _("not checked"))
+    return f"{shown} ({state})"
+
+
 def format_summary(facts: Facts, ssh_port: int = 2222) -> str:
     """The whole of Facts, aligned, in plain text (no colour, no markup)."""
     o, u, r, s, rd = facts.os, facts.user, facts.runtime, facts.software, facts.rdma
@@ -75,9 +87,12 @@ def format_summary(facts: Facts, ssh_port: int = 2222) -> str:
         "root": _("root (can change the system)"),
         "nopasswd": _("sudo without password"),
         "password": _("sudo with password"),
+        "denied": _("sudo is here but runs nothing as root for you: cannot change the system"),
         "none": _("no sudo: cannot change the system"),
         "unknown": _("sudo unknown"),
     }.get(u.sudo, u.sudo)
+    if not u.in_passwd:  # sudo, ssh-keygen and sshd refuse such a user: say why
+        sudo_text += "; " + _("uid {uid} has no passwd entry").format(uid=u.uid)
     unknown = _("unknown")
     out += _section(_("System"), [
         (_("OS"), f"{_or(o.pretty_name, o.id)}  [{os_detail}]"),
@@ -100,6 +115,7 @@ def format_summary(facts: Facts, ssh_port: int = 2222) -> str:
         ])
     else:
         out.append("  " + _("(no interfaces found)"))
+    out += _section("", [(_("Mirrors"), _mirrors(facts))])[1:]
 
     out.append("")
     out.append("GPUs")
