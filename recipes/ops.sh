@@ -810,6 +810,8 @@ _hw_is_sshd() {
   [ "${exe##*/}" = sshd ] || return 1
   [ -O "/proc/$pid" ] || return 1
   mapfile -d '' -t args 2>/dev/null < "/proc/$pid/cmdline" || return 1
+  # sshd rewrites its title ("sshd: /usr/sbin/sshd -f FILE [listener] ..."): one string
+  read -ra args <<< "${args[*]}"
   for ((i = 1; i < ${#args[@]}; i++)); do
     if [ "${args[i]}" = -f ]; then f=${args[i + 1]:-}; fi
   done

@@ -183,7 +183,7 @@ def test_the_plan_uses_and_keeps_the_derived_peers(catalog):
     assert "\nHost node??\n" in client.run and "--in-effect 'ssh -G nodexx'" in client.run
     assert "from SLURM_JOB_NODELIST, 16 hosts" in client.note
     assert "SLURM_JOB_NODELIST" in client.i18n["zh"]["note"]
-    assert "'[node??]:2222'" in steps["ssh/known-hosts"].run
+    assert "'[node??]:2222,[127.0.0.1]:2222'" in steps["ssh/known-hosts"].run
     assert not any("git over ssh" in w for w in plan.warnings)
     # replay and verify build the plan again from the record's choices: the same steps,
     # wherever they run (no platform variable there)
@@ -363,8 +363,9 @@ def known(known_hosts: Path, host: str) -> bool:
 def test_known_hosts_pins_the_key_for_the_peers_on_the_port_only(tmp_path, catalog):
     kh = known_hosts_for(tmp_path, catalog, peers="job-worker-* node1")
     line = next(l for l in kh.read_text().splitlines() if not l.startswith("#"))
-    assert line.startswith("[job-worker-*]:2222,[node1]:2222 ssh-ed25519 ")
+    assert line.startswith("[job-worker-*]:2222,[node1]:2222,[127.0.0.1]:2222 ssh-ed25519 ")
     assert known(kh, "[job-worker-3]:2222") and known(kh, "[node1]:2222")
+    assert known(kh, "[127.0.0.1]:2222")  # this instance itself, where verify logs in
     for other in ("[github.com]:2222", "[job-worker-3]:22", "job-worker-3", "[node2]:2222"):
         assert not known(kh, other), other
 

@@ -140,7 +140,8 @@ def test_the_port_a_client_config_names():
                            "in a mount namespace of its own")
 def test_a_read_only_mount_at_root_ssh_is_found_and_planned_for(tmp_path):
     """As in an MPIJob's pod: /root/.ssh a read-only tmpfs holding the platform's keys,
-    in a mount namespace of this test's own (the machine's /root/.ssh is never touched)."""
+    in a mount namespace of this test's own (a missing /root/.ssh is made as the mount point
+    and removed again)."""
     script = f"""
 set -e
 mount -t tmpfs -o size=1m tmpfs /root/.ssh
@@ -150,9 +151,15 @@ mount -o remount,ro /root/.ssh
 K_MPI_JOB_ROLE=worker {sys.executable} -m hpcwizard detect --json > {tmp_path}/facts.json
 K_MPI_JOB_ROLE=worker {sys.executable} -m hpcwizard plan --framework mpi --network tcp --manual --peers 'w-*' > {tmp_path}/plan.txt
 """
-    os.makedirs("/root/.ssh", exist_ok=True)
-    proc = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", script],
-                          capture_output=True, text=True, timeout=120)
+    made = not os.path.exists("/root/.ssh")
+    if made:  # a mount point is needed; it goes again below
+        os.mkdir("/root/.ssh", 0o700)
+    try:
+        proc = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", script],
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        if made:
+            os.rmdir("/root/.ssh")
     assert proc.returncode == 0, proc.stderr
     d = json.loads((tmp_path / "facts.json").read_text())["ssh_dir"]
     assert d["read_only"] and d["platform"] == "Kubeflow MPIJob"
@@ -162,4 +169,5 @@ K_MPI_JOB_ROLE=worker {sys.executable} -m hpcwizard plan --framework mpi --netwo
     assert "/root/.ssh is provided by Kubeflow MPIJob" in plan
     assert "authorized_keys" not in plan.split("/root/.ssh is provided")[0]
     assert "hw_ssh_key" not in plan and ".ssh/config" not in plan
-    assert not os.path.ismount("/root/.ssh")  # the mount stayed in its namespace
+    # the mount stayed in its namespace, and /root/.ssh is as it was
+    assert not os.path.ismount("/root/.ssh") and os.path.exists("/root/.ssh") != made

@@ -116,6 +116,33 @@ def test_the_sshd_of_the_plans_configuration_is_recognised(tmp_path, procs, fake
     assert sshd_pid(pidfile, config).stdout.strip() == str(daemon.pid)
 
 
+def test_an_sshd_that_rewrote_its_title_is_still_recognised(tmp_path):
+    """A real sshd sets its title: /proc/PID/cmdline becomes one string, "sshd:
+    /usr/sbin/sshd -f FILE [listener] 0 of 10-100 startups", not its argv. A copy of perl
+    named sshd does the same ($0 = ...)."""
+    perl = shutil.which("perl")
+    if perl is None:
+        pytest.skip("no perl to stand in for sshd's rewritten title")
+    exe = tmp_path / "bin" / "sshd"
+    exe.parent.mkdir()
+    shutil.copy2(perl, exe)
+    config = tmp_path / ".sshd_config"
+    title = f"sshd: /usr/sbin/sshd -f {config} [listener] 0 of 10-100 startups"
+    daemon = subprocess.Popen([str(exe), "-e", f'$0 = "{title}"; $| = 1; print "ready\\n"; '
+                               'sleep 600'], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              start_new_session=True)
+    try:
+        assert daemon.stdout.readline() == b"ready\n"  # printed once the title is set
+        assert Path(f"/proc/{daemon.pid}/cmdline").read_bytes().startswith(b"sshd: ")
+        pidfile = tmp_path / "sshd.pid"
+        pidfile.write_text(f"{daemon.pid}\n")
+        assert sshd_pid(pidfile, config).stdout.strip() == str(daemon.pid)
+        assert sshd_pid(pidfile, SYSTEM_CONFIG).returncode == 2
+    finally:
+        daemon.kill()
+        daemon.wait()
+
+
 def test_without_f_it_is_the_system_configuration(tmp_path, procs, fake_sshd):
     exe, _config = fake_sshd
     daemon = procs([str(exe), "-F", "/dev/null"])  # as `/usr/sbin/sshd -D`: no -f

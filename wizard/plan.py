@@ -221,9 +221,11 @@ def kept_ports(facts: Optional[Facts], choices: Choices, target: Target) -> str:
 
 
 def known_hosts_patterns(peers: str, port: int) -> str:
-    """known_hosts' host field for the peers: '[pattern]:port' for each (how ssh looks a host
-    up on a port other than 22), the bare patterns on 22."""
-    return ",".join(p if port == 22 else f"[{p}]:{port}" for p in peers.split())
+    """known_hosts' host field for the peers and 127.0.0.1 (this instance itself, where verify
+    logs in): '[pattern]:port' for each (how ssh looks a host up on a port other than 22),
+    the bare patterns on 22."""
+    names = peers.split() + ["127.0.0.1"]
+    return ",".join(p if port == 22 else f"[{p}]:{port}" for p in dict.fromkeys(names))
 
 
 def peer_sample(pattern: str) -> str:

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Iterator, List
+from typing import Dict, Iterator, List, Optional
 
 import pytest
 
@@ -96,19 +96,23 @@ def wait_for_other_system_tests(limit: float = 1800) -> None:
     pytest.fail("the apply system tests' namespaces (hpcwt-*) are still there after 30 min")
 
 
-def applied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """apply --framework mpi --network tcp --manual for root; undo afterwards. Removes what
+def applied(tmp_path_factory: pytest.TempPathFactory,
+            platform_env: Optional[Dict[str, str]] = None) -> Iterator[dict]:
+    """apply --framework mpi --network tcp --manual for root, for the instances node1..N
+    (their SSH client settings: --peers 'node*', or what platform_env's host list gives,
+    as a wizard started with that environment derives); undo afterwards. Removes what
     the launch script and verify leave in root's home (~/.hpcwizard, ~/.cache/hpcwizard)
     unless it was there before."""
     wait_for_other_system_tests()
     state = tmp_path_factory.mktemp("verify-state")
-    env = dict(os.environ, HPCWIZARD_STATE_DIR=str(state))
+    env = dict(os.environ, HPCWIZARD_STATE_DIR=str(state), **(platform_env or {}))
+    peers = [] if platform_env else ["--peers", "node*"]
     record = state / "apply.toml"
     home = Path(os.path.expanduser("~root"))
     leftovers = [p for p in (home / ".hpcwizard", home / ".cache" / "hpcwizard")
                  if not p.exists()]
     proc = subprocess.run([wizard_exe(), "apply", "--framework", "mpi", "--network", "tcp",
-                           "--manual", "--yes", "--record", str(record)], env=env, text=True,
+                           "--manual", *peers, "--yes", "--record", str(record)], env=env, text=True,
                           capture_output=True, stdin=subprocess.DEVNULL, timeout=900, cwd="/")
     try:
         assert proc.returncode == 0, f"apply failed{show(proc)}"

@@ -10,7 +10,6 @@ What is checked is what the kernel says is listening (ss), not what a file says.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ from typing import List, Set
 
 import pytest
 
-from _hardening import RecordedRuns, packages_installed, wait_gone
+from _hardening import RecordedRuns, packages_installed
 from test_apply_mpi_tcp import PORT, diff, load, show, snapshot, step_table
 
 ROOTS = (Path("/etc/ssh"), Path("/root/.ssh"), Path("/var/lib/hpcwizard"))
@@ -106,22 +105,22 @@ def test_a_port_held_on_ipv4_fails_the_start_naming_the_holder(ipv4_holder, tmp_
 
 @pytest.fixture
 def sshd_on_22(installed: None):
-    """The system sshd, started before hpcwizard with the image's configuration (port 22)."""
+    """The system sshd, started before hpcwizard with the image's configuration (port 22),
+    in the foreground (-D): its pid is the listener's, known without a pid file."""
     assert not listeners(22), f"port 22 is in use already: {listeners(22)}"
     keys_before = set(Path("/etc/ssh").glob("ssh_host_*"))
     subprocess.run(["ssh-keygen", "-A"], check=True, capture_output=True)
     subprocess.run(["install", "-d", "-m", "0755", "/run/sshd"], check=True)
-    subprocess.run(["/usr/sbin/sshd"], check=True)
-    pid = int(Path("/run/sshd.pid").read_text())
-    wait_listening(22, pid)
-    yield pid
+    sshd = subprocess.Popen(["/usr/sbin/sshd", "-D"], stdin=subprocess.DEVNULL,
+                            start_new_session=True)
     try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
-    wait_gone([pid])
-    for key in set(Path("/etc/ssh").glob("ssh_host_*")) - keys_before:
-        key.unlink()
+        wait_listening(22, sshd.pid)
+        yield sshd.pid
+    finally:
+        sshd.terminate()
+        sshd.wait(timeout=30)
+        for key in set(Path("/etc/ssh").glob("ssh_host_*")) - keys_before:
+            key.unlink()
 
 
 def test_an_sshd_serving_22_keeps_serving_it_and_undo_leaves_it_running(sshd_on_22, tmp_path):
