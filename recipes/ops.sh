@@ -617,7 +617,7 @@ _hw_dpkg_finish() {
     [ -n "$(dpkg --audit 2>/dev/null)" ] || return 0
     [ "$i" -gt 0 ] || echo "hpcwizard: finishing an install a stopped run left half done (dpkg --configure -a)"
     if dpkg --configure -a 2> "$err"; then return 0; fi
-    grep -q 'lock' "$err" || { cat -- "$err" >&2; return 1; }
+    grep -qE 'lock-frontend|dpkg/lock|frontend lock' "$err" || { cat -- "$err" >&2; return 1; }
     sleep 1
   done
   cat -- "$err" >&2
@@ -647,17 +647,31 @@ _hw_pkg_run() {
 # The NAMEs, their providers and everything installed they depend on: what this
 # transaction could have installed. (A list of the state before that a killed run left may
 # be older than a package someone installed by hand since; that package is not in here.)
+# apt: walked on dpkg's own data, Pre-Depends and Depends, every alternative, a virtual name
+# through every installed package that provides it (libltdl-dev needs automake-1.16, which
+# only automake provides: apt-cache depends --recurse stops at such a name).
 _hw_pkg_reach() {
   if [ "$pm" = apt ]; then
-    {
-      printf '%s\n' "$@"
-      dpkg-query -W -f='${db:Status-Abbrev} ${Package} ${Provides}\n' 2>/dev/null \
-        | awk -v names=" $* " '$1 ~ /^ii/ { for (i = 3; i <= NF; i++) { n = $i; sub(/,$/, "", n); if (index(names, " " n " ")) print $2 } }'
-    } | sort -u > "$work/roots"
-    mapfile -t roots < "$work/roots"
-    { apt-cache depends --recurse --installed --no-recommends --no-suggests --no-conflicts \
-        --no-breaks --no-replaces --no-enhances "${roots[@]}" 2>/dev/null || true; } \
-      | { grep -v '^ ' || true; } | tr -d '<>' | cat - "$work/roots" | sort -u
+    dpkg-query -W -f='${db:Status-Abbrev}\t${Package}\t${Pre-Depends}, ${Depends}\t${Provides}\n' 2>/dev/null \
+      | awk -F '\t' -v roots="$*" '
+          function bare(x) { sub(/^[ \t]+/, "", x); sub(/[ (:].*/, "", x); return x }
+          { st = substr($1, 2, 1); if (st == "n" || st == "c") next
+            have[$2] = 1
+            n = split($3, d, /[,|]/)
+            for (i = 1; i <= n; i++) { x = bare(d[i]); if (x != "") deps[$2] = deps[$2] " " x }
+            n = split($4, p, /,/)
+            for (i = 1; i <= n; i++) { x = bare(p[i]); if (x != "") by[x] = by[x] " " $2 } }
+          END {
+            n = split(roots, queue, " ")
+            for (head = 1; head <= n; head++) {
+              name = queue[head]
+              if (name in seen) continue
+              seen[name] = 1
+              print name
+              if (name in have) { k = split(deps[name], next_, " "); for (j = 1; j <= k; j++) queue[++n] = next_[j] }
+              if (name in by) { k = split(by[name], next_, " "); for (j = 1; j <= k; j++) queue[++n] = next_[j] }
+            }
+          }' | sort -u
   else
     printf '%s\n' "$@" | sort -u
     rpm -q --requires "$@" 2>/dev/null | while read -r cap _; do

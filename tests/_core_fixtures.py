@@ -26,9 +26,10 @@ OSES: Dict[str, OsInfo] = {
 }
 
 # What each family's ssh + openmpi recipes install.
-DEBIAN_PACKAGES = ("openssh-server", "openssh-client", "bind9-dnsutils", "openmpi-bin", "libopenmpi-dev",
-                   "gcc", "libc6-dev")
-RHEL_PACKAGES = ("openssh-server", "openssh-clients", "bind-utils", "openmpi", "openmpi-devel", "gcc")
+DEBIAN_PACKAGES = ("openssh-server", "openssh-client", "bind9-dnsutils", "iproute2", "openmpi-bin",
+                   "libopenmpi-dev", "gcc", "libc6-dev")
+RHEL_PACKAGES = ("openssh-server", "openssh-clients", "bind-utils", "iproute", "openmpi",
+                 "openmpi-devel", "gcc")
 
 ROOT = UserInfo(name="root", uid=0, gid=0, home="/root", sudo="root")
 ALICE = {  # the same non-root user with each kind of sudo

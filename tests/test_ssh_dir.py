@@ -116,7 +116,7 @@ def test_volcanos_config_names_the_port_sshd_must_also_serve():
     assert config.run.count("Port 2200") == 1
 
 
-def test_a_users_provided_ssh_dir_leaves_their_own_sshd_nowhere_to_write():
+def test_a_users_provided_ssh_dir_gets_their_own_sshd_a_directory_beside_it():
     user = UserInfo(name="alice", uid=1000, gid=1000, home="/home/alice", sudo="nopasswd")
     # root's ~/.ssh being the platform's says nothing of alice's
     assert WRITES_INTO_SSH <= {s.id for s in mpi_plan(MPIJOB_DIR, user=user).steps}
@@ -124,7 +124,15 @@ def test_a_users_provided_ssh_dir_leaves_their_own_sshd_nowhere_to_write():
     plan = mpi_plan(mine, user=user)
     assert not {s.id for s in plan.steps} & WRITES_INTO_SSH
     (warning,) = [w for w in plan.warnings if "is provided" in w]
-    assert "alice's own sshd needs its host key and pid file" in warning
+    assert "alice's own sshd keeps its host key and pid file in /home/alice/.hpcwizard-sshd" in warning
+    # and nothing of the plan writes into the provided directory
+    for step in plan.steps:
+        assert "/home/alice/.ssh/" not in step.run.replace("/home/alice/.ssh/authorized_keys", ""), \
+            (step.id, step.run)
+    (config,) = [s for s in plan.steps if s.id == "ssh/sshd-config"]
+    assert "HostKey /home/alice/.hpcwizard-sshd/hpcwizard_host_ed25519_key" in config.run
+    assert "PidFile /home/alice/.hpcwizard-sshd/sshd.pid" in config.run
+    assert "AuthorizedKeysFile .ssh/authorized_keys" in config.run  # the platform's keys
 
 
 def test_the_port_a_client_config_names():
@@ -171,3 +179,16 @@ K_MPI_JOB_ROLE=worker {sys.executable} -m hpcwizard plan --framework mpi --netwo
     assert "hw_ssh_key" not in plan and ".ssh/config" not in plan
     # the mount stayed in its namespace, and /root/.ssh is as it was
     assert not os.path.ismount("/root/.ssh") and os.path.exists("/root/.ssh") != made
+
+
+def test_verify_does_not_hold_a_provided_ssh_dir_to_settings_it_never_wrote():
+    from hpcwizard.hosts import Hosts
+    from hpcwizard.verify import SKIP, verify
+
+    from _verify_fixtures import FakeSystem
+
+    f = dataclasses.replace(facts("debian12", ROOT), ssh_dir=MPIJOB_DIR)
+    plan = mpi_plan(MPIJOB_DIR)
+    report = verify(plan, f, Hosts(("node1",), "--hosts"), system=FakeSystem({"node1": "ok"}))
+    check = {c.id: c for c in report.checks}["here/ssh-settings"]
+    assert check.status == SKIP and "the platform provides ~/.ssh" in check.detail

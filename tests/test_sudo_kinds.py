@@ -78,11 +78,24 @@ def test_the_probe_asks_in_order_and_finds_the_kind(case, monkeypatch):
     kind, why = user_probe.sudo_kind(ctx)
     assert kind == CASES[case]["kind"]
     assert ctx.asked[0] == "sudo -n -v"
-    # -v decided alone for "password" and "denied" answers: `true` (one more mail to root
-    # under mail_badpass) is asked only when -v passed or said something else
+    # -v decides alone only for "denied": after "password" `true` is still asked (one more
+    # mail to root under mail_badpass), since -v wants a password unless every rule is
+    # NOPASSWD while `true` may run without one
     said = user_probe.read_sudo(result(case, "sudo -n -v"))
-    assert ("sudo -n true" in ctx.asked) == (said not in ("password", "denied"))
+    assert ("sudo -n true" in ctx.asked) == (said != "denied")
     assert bool(why) == (kind == "denied")
+
+
+def test_nopasswd_for_a_shell_wins_over_a_password_that_v_wants():
+    """Group sudo (a password) plus cloud-init's 90-cloud-init-users (NOPASSWD:ALL): -v wants
+    a password (sudoers' verifypw=all: every rule must be NOPASSWD), `sudo -n true` runs."""
+    from hpcwizard.detect.run import Result
+
+    wants = Result(("sudo", "-n", "-v"), 1, "", "sudo: a password is required\n")
+    runs = Result(("sudo", "-n", "true"), 0, "", "")
+    assert user_probe.classify_sudo(runs, wants) == "nopasswd"
+    refused = Result(("sudo", "-n", "true"), 1, "", "sudo: a password is required\n")
+    assert user_probe.classify_sudo(refused, wants) == "password"
 
 
 def test_the_reason_for_denied_is_in_sudo_s_words_or_says_what_it_means(monkeypatch):

@@ -122,3 +122,24 @@ def test_route_dev_reads_ip_route_get():
     assert route_dev((OUT / "ip-o-route-get_via-gateway.txt").read_text()) == "eth0"
     assert route_dev((OUT / "ip-o-route-get_local.txt").read_text()) == ""  # lo: ours
     assert route_dev("RTNETLINK answers: Network is unreachable\n") == ""
+
+
+def test_with_host_keys_off_the_login_here_checks_no_more_than_the_peers():
+    """127.0.0.1 is not a peer: pinned, its key is in the plan's known_hosts line; with
+    --host-keys off nothing pins it, so the login here does not check it either."""
+    from hpcwizard.catalog import load_catalog
+    from hpcwizard.choices import make_choices
+    from hpcwizard.hosts import Hosts
+    from hpcwizard.plan import build_plan
+    from hpcwizard.verify import verify
+    from _verify_fixtures import FakeSystem
+
+    for policy, unchecked in (("off", True), ("pinned", False)):
+        system = FakeSystem({"node1": "ok"})
+        plan = build_plan(facts(user=ROOT), make_choices(framework="mpi", network="tcp",
+                                                         host_keys=policy, peers="node*"),
+                          load_catalog(), env={})
+        report = verify(plan, facts(user=ROOT), Hosts(("node1",), "--hosts"), system=system)
+        login = {c.id: c for c in report.checks}["here/login"]
+        assert login.status == PASS, login
+        assert ("StrictHostKeyChecking=no" in login.command) == unchecked, login.command

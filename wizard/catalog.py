@@ -16,7 +16,7 @@ from .compat import tomllib
 PLACEHOLDERS = frozenset({"ssh_port", "user", "group", "home", "peers", "host_key",
                           "ucx_url", "ucx_file", "ucx_sha256", "nccl_conf",
                           "peer_sample", "apt_lock_timeout", "sshd_kept_ports",
-                          "known_hosts_patterns"})
+                          "known_hosts_patterns", "user_sshd_dir"})
 # The facts and choices a step may depend on; plan.py evaluates each.
 CONDITIONS = frozenset({
     "target_root", "target_user", "host_keys_pinned", "host_keys_off",
@@ -133,7 +133,8 @@ class PackageNames:
         return ""
 
     def resolve(self, pm: str, name: str, os: "OsInfo") -> str:
-        """The real name on os of the generic name a recipe asks pm for."""
+        """The real name on os of the generic name a recipe asks pm for ('' when that
+        release needs no such package)."""
         oid = self.table_id(os)
         steps = self.names.get(pm, {}).get(name, {}).get(oid, ())
         if not steps:
@@ -384,7 +385,7 @@ def _package_names(path, data: dict, recipes: List[Recipe]) -> PackageNames:
                     if release not in releases[oid]:
                         raise RecipeError(f"{where}: {oid} {release!r} is not one of its "
                                           f"[releases]: {', '.join(releases[oid])}")
-                    if not isinstance(real, str) or not _PACKAGE.match(real):
+                    if not isinstance(real, str) or not (real == "" or _PACKAGE.match(real)):
                         raise RecipeError(f"{where}: {oid} {release}: package name {real!r} "
                                           "is not valid")
                     steps.append((release_numbers(release), real))

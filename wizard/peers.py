@@ -49,6 +49,14 @@ NO_NAMES = N_("No job host names were found (no HOSTS, hostfile, Slurm, Volcano 
               "'job-worker-*'.")
 
 
+# A domain or an address block holds more than the job: a git server there would get the
+# job's port and key too. The plan says so; --peers names the instances.
+WIDE = N_("The SSH client settings apply to '{pattern}', read from this host's name {host}: "
+          "every host there gets the job's port, BatchMode and key, a git server included. If "
+          "the job's instances are fewer, name them with --peers.")
+WIDE_SOURCES = (N_("this host's domain (host name {host})"), N_("this host's address {host}"))
+
+
 @dataclass(frozen=True)
 class Peers:
     """An ssh_config Host pattern list and where it came from. The texts are kept as their
@@ -137,7 +145,8 @@ def default_peers(env: Mapping[str, str], hostname: str) -> Peers:
         if own is None:
             return Peers("*", N_("nothing better: the host name {host!r} has no naming "
                                  "pattern"), (("host", hostname),), NO_NAMES)
-        return Peers(own[0], own[1], (("host", hostname),))
+        return Peers(own[0], own[1], (("host", hostname), ("pattern", own[0])),
+                     WIDE if own[1] in WIDE_SOURCES else "")
     patterns = compact(hosts.names)
     args = (("source", hosts.source), ("n", str(len(hosts.names))), ("host", hostname))
     if len(patterns) <= MAX_PATTERNS and len(" ".join(patterns)) <= MAX_TEXT:

@@ -179,16 +179,18 @@ def platform_ssh_note(d: SshDir, target: Target) -> str:
     if target.is_root:
         return found + " " + _("sshd also serves port {port}, where the platform's ssh "
                                "connects.").format(port=d.client_port or 22)
-    # a user's own sshd keeps its host key and pid file in ~/.ssh
-    return found + " " + _("{user}'s own sshd needs its host key and pid file in {path}, "
-                           "which cannot be written: run hpcwizard as root in this "
-                           "container, or start sshd the platform's way.").format(
-        user=target.user, path=d.path)
+    return found + " " + _("{user}'s own sshd keeps its host key and pid file in {dir} "
+                           "instead.").format(user=target.user,
+                                              dir=f"{target.home}/.hpcwizard-sshd")
 
 
 def _values(choices: Choices, target: Target, facts: Optional[Facts] = None) -> Dict[str, str]:
+    # a user's own sshd keeps its host key and pid file in ~/.ssh, unless the platform
+    # provides that directory (read-only, or not ours to write): then beside it
+    user_sshd_dir = (f"{target.home}/.hpcwizard-sshd" if platform_ssh_dir(facts, target)
+                     else f"{target.home}/.ssh")
     host_key = ("/etc/ssh/ssh_host_ed25519_key" if target.is_root
-                else f"{target.home}/.ssh/hpcwizard_host_ed25519_key")
+                else f"{user_sshd_dir}/hpcwizard_host_ed25519_key")
     ucx_file = package_file_name(choices.ucx_url) if choices.ucx_url else ""
     nccl = nccl_settings(facts, choices.network) if facts is not None else ()
     nccl_conf = "\n".join(f"{k}={v}" for k, v in nccl)
@@ -200,6 +202,7 @@ def _values(choices: Choices, target: Target, facts: Optional[Facts] = None) -> 
             "ucx_url": choices.ucx_url, "ucx_file": ucx_file, "ucx_sha256": choices.ucx_sha256,
             "nccl_conf": nccl_conf, "peer_sample": peer_sample(choices.peers),
             "known_hosts_patterns": known_hosts_patterns(choices.peers, choices.ssh_port),
+            "user_sshd_dir": user_sshd_dir,
             "sshd_kept_ports": kept_ports(facts, choices, target),
             "apt_lock_timeout": str(apt_lock_timeout())}
 
@@ -280,7 +283,7 @@ def wanted_packages(pm: str, recipes: List[Recipe], os_info: Optional[OsInfo] = 
     for r in recipes:
         for generic in r.packages.get(pm, ()):
             name = table.resolve(pm, generic, os_info) if os_info is not None else generic
-            if name not in wanted:  # two generic names may be one package somewhere
+            if name and name not in wanted:  # two generic names may be one package somewhere
                 wanted.append(name)
     return tuple(wanted)
 
@@ -628,7 +631,7 @@ def build_plan(facts: Facts, choices: Choices, catalog: Catalog,
         warnings.append(platform_ssh_note(provided, target))
     elif peers is not None and peers.warning:  # (no client settings are written then)
         warnings.append(peers.warning)
-    if choices.host_keys == "off":
+    if choices.host_keys == "off" and peers is not None:  # (PyTorch gets no SSH settings)
         warnings.append(_("Host keys are not checked (--host-keys off): any machine answering "
                           "to '{peers}' on port {port} is trusted.").format(
             peers=choices.peers, port=choices.ssh_port))

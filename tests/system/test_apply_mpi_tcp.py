@@ -32,8 +32,8 @@ pytestmark = pytest.mark.system
 
 PORT = 2222
 TEST_USER = "hpcwtest1"
-PACKAGES = ("openssh-server", "bind9-dnsutils", "openmpi-bin", "libopenmpi-dev", "gcc",
-            "libc6-dev")
+PACKAGES = ("openssh-server", "bind9-dnsutils", "iproute2", "openmpi-bin", "libopenmpi-dev",
+            "gcc", "libc6-dev")
 MPIRUN = ["mpirun", "--bind-to", "none", "-np", "3",
           "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0"]
 HELLO_C = """#include <mpi.h>

@@ -14,9 +14,11 @@ sudo is asked without ever prompting (`-n`, stdin /dev/null, LC_ALL=C) and sorte
 `sudo -n true` alone cannot tell "denied" from "password": for a user who is not in
 sudoers it says "a password is required" too, since sudo authenticates before it looks
 the user up. `sudo -n -v` (validate) says "Sorry, user X may not run sudo on HOST" instead,
-so it is asked first; `sudo -n true` only when -v passed or said something else. That order
-also sends root no more mail than `sudo -n true` alone did (Debian's mail_badpass mails
-each "a password is required"; see tests/fixtures/sudo/README.md for what each case says).
+so it is asked first; `sudo -n true` unless -v said that. -v wants a password unless every
+rule of yours is NOPASSWD (sudoers' verifypw=all), so after its "a password is required"
+`true` may still run: group sudo plus cloud-init's NOPASSWD drop-in is "nopasswd". (A
+password user's detection mails root twice under Debian's mail_badpass; see
+tests/fixtures/sudo/README.md for what each case says.)
 """
 from __future__ import annotations
 
@@ -57,11 +59,15 @@ def classify_sudo(true: Optional[Result], validate: Optional[Result] = None) -> 
     if true is None and validate is None:
         return "none"
     v = read_sudo(validate) if validate is not None else ""
-    if v in ("password", "denied"):
+    if v == "denied":
         return v
     t = read_sudo(true) if true is not None else "other"
     if t == "ok":
+        # before "password": -v wants one unless every rule of yours is NOPASSWD (verifypw
+        # all), as with group sudo plus cloud-init's NOPASSWD drop-in, where `true` runs
         return "nopasswd"
+    if v == "password":
+        return v
     if v == "ok":
         # -v needs no password (every rule of yours is NOPASSWD), yet `true` is refused: the
         # rules list some other commands only, and bash is not among them.
@@ -93,7 +99,7 @@ def sudo_kind(ctx: Context) -> Tuple[str, str]:
     if validate is None:
         return "none", ""
     v = read_sudo(validate)
-    true = None if v in ("password", "denied") else ctx.run(["sudo", "-n", "true"])
+    true = None if v == "denied" else ctx.run(["sudo", "-n", "true"])
     kind = classify_sudo(true, validate)
     if kind != "denied":
         return kind, ""
