@@ -10,6 +10,11 @@ Everything created here is removed by cleanup(), which is safe to call twice and
 partial create(): processes are stopped by the pids this module chose or started, never by
 name. Used by the system tests (tests/system); reusable for more nodes (up to 254).
 
+With root=DIR the nodes are instances of the image in DIR (a debootstrap root, see roots.py):
+every command runs chrooted there (after a fresh sysfs on DIR/sys in the command's own mount
+namespace, so /sys/class/net shows the node's eth0), pid files given to start() are paths in
+that root, and hosts_file should be DIR/etc/hosts (the names the image resolves).
+
     with Cluster(3) as c:                      # nodes node1..node3, 10.77.0.1..3
         c.start_sshd("node2", ["-o", "PidFile=/run/sshd-node2.pid"], "/run/sshd-node2.pid")
         c.wait_port("node2", 2222)
@@ -18,6 +23,7 @@ name. Used by the system tests (tests/system); reusable for more nodes (up to 25
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import tempfile
@@ -79,6 +85,23 @@ def strip_block(text: str, mark: str = MARK) -> str:
     return "".join(out)
 
 
+def ns_argv(ns: str, hostname: str, argv: Sequence[str], user: Optional[str] = None,
+            root: Optional[Path] = None) -> List[str]:
+    """argv run in namespace ns with a UTS namespace of its own named hostname, as user (root
+    when None). With root: chrooted into root, over a sysfs of ns's own mounted on root/sys in
+    the mount namespace `ip netns exec` makes (it goes with the command's last process).
+    The host name is set as root; only then does runuser switch to the user."""
+    tail = ["runuser", "-u", user, "--", *argv] if user else list(argv)
+    name = shlex.quote(hostname)
+    if root is None:
+        script = f'hostname {name} && exec "$@"'
+    else:
+        r = shlex.quote(str(root))
+        script = (f'mount -t sysfs -o ro,nosuid,nodev,noexec sysfs {r}/sys && hostname {name} '
+                  f'&& exec chroot {r} "$@"')
+    return ["ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c", script, "sh", *tail]
+
+
 @dataclass
 class Daemon:
     node: str
@@ -103,6 +126,8 @@ class Cluster:
     subnet: str = "10.77.0"
     ns_prefix: str = "hpcwt-"
     hosts_file: Path = HOSTS_FILE
+    root: Optional[Path] = None  # a root file system: every command runs chrooted in it
+    env: Optional[Dict[str, str]] = None  # the environment of run()/start() when they get none
     daemons: List[Daemon] = field(default_factory=list)
     _hosts_before: Optional[bytes] = None
     _created: List[str] = field(default_factory=list)
@@ -121,6 +146,12 @@ class Cluster:
 
     def ip(self, node: str) -> str:
         return f"{self.subnet}.{self.names.index(node) + 1}"
+
+    def host_path(self, path: "str | Path") -> Path:
+        """Where a node's path is on this machine (under root when there is one)."""
+        if self.root is None:
+            return Path(path)
+        return self.root / str(path).lstrip("/")
 
     @property
     def tmp(self) -> Path:
@@ -238,26 +269,26 @@ class Cluster:
     def argv(self, node: str, argv: Sequence[str], user: Optional[str] = None) -> List[str]:
         """argv run in node's namespace with host name node, as user (root when None).
         The host name is set as root; only then does runuser switch to the user."""
-        tail = ["runuser", "-u", user, "--", *argv] if user else list(argv)
-        return ["ip", "netns", "exec", self.ns(node), "unshare", "--uts", "sh", "-c",
-                f'hostname {node} && exec "$@"', "sh", *tail]
+        return ns_argv(self.ns(node), node, argv, user, self.root)
 
     def run(self, node: str, argv: Sequence[str], user: Optional[str] = None,
             timeout: float = 60, cwd: str = "/tmp",
             env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
         return subprocess.run(self.argv(node, argv, user), stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
+                              capture_output=True, text=True, timeout=timeout, cwd=cwd,
+                              env=env if env is not None else self.env)
 
     def start(self, node: str, argv: Sequence[str], pid_file: Optional[str] = None,
               user: Optional[str] = None) -> Daemon:
         """Start a foreground daemon in node. pid_file: where it writes its own pid (that
-        pid is the one stopped), distinct per node because the nodes share /run and /home."""
+        pid is the one stopped), distinct per node because the nodes share /run and /home.
+        With a root, pid_file is a path in it."""
         log = self.tmp / f"{node}-{len(self.daemons)}.log"
         with open(log, "wb") as out:
             proc = subprocess.Popen(self.argv(node, argv, user), stdin=subprocess.DEVNULL,
                                     stdout=out, stderr=subprocess.STDOUT, cwd="/",
-                                    start_new_session=True)
-        d = Daemon(node, proc, Path(pid_file) if pid_file else None, log)
+                                    start_new_session=True, env=self.env)
+        d = Daemon(node, proc, self.host_path(pid_file) if pid_file else None, log)
         self.daemons.append(d)
         return d
 
