@@ -57,9 +57,10 @@ def test_script_text_carries_both_sets_and_the_same_interface_names():
     assert "MPIRUN_ARGS_5=(--prtemca plm_ssh_args '-p 2222' --mca pml ucx)" in text
     # the bash names what verify (iface_args) names, for each version
     assert IFACE_ARGS_4[:2] == IFACE_ARGS_5[:2] == ("--mca", "btl_tcp_if_include")
-    assert 'IFACE_ARGS=(--mca btl_tcp_if_include "$IFACE" "${RUNTIME_IF[@]}" "$IFACE")' in text
+    assert ('IFACE_ARGS=("${IF_NAMES[0]}" "${IF_NAMES[1]}" "$IFACE" "${IF_NAMES[2]}" '
+            '"${IF_NAMES[3]}" "$IFACE")') in text
     for names in (IFACE_ARGS_4, IFACE_ARGS_5):
-        assert f"RUNTIME_IF=({names[2]} {names[3]})" in text
+        assert f"IF_NAMES=({' '.join(names)})" in text
     assert "MPIRUN_ARGS_5" not in launch_script(plan("pytorch", "tcp"))
 
 

@@ -192,6 +192,16 @@ class Facts:
     notes: Tuple[str, ...] = ()  # why something is unknown, in plain words
     warnings: Tuple[str, ...] = ()  # what will break a job
 
+    def mirrors_tried(self) -> str:
+        """The mirrors the probe tried, as a person reads them: the first four, and the
+        proxy it went through ('' when none is configured)."""
+        from .i18n import _
+
+        shown = ", ".join(self.mirrors[:4]) + (", …" if len(self.mirrors) > 4 else "")
+        if shown and self.mirrors_proxy:
+            shown += "; " + _("through the proxy {proxy}").format(proxy=self.mirrors_proxy)
+        return shown
+
     @property
     def active_ports(self) -> Tuple[Port, ...]:
         return tuple(p for h in self.hcas if not h.software for p in h.ports if p.active)

@@ -379,13 +379,13 @@ OMPI_VERSION=$(mpirun --version 2>/dev/null | awk '/\(Open MPI\)/ {print $NF; ex
 OMPI_MAJOR=${OMPI_VERSION%%.*}
 if [[ $OMPI_MAJOR =~ ^[0-9]+$ ]] && [ "$OMPI_MAJOR" -ge 5 ]; then
   MPIRUN_ARGS=(${MPIRUN_ARGS_5[@]+"${MPIRUN_ARGS_5[@]}"})
-  RUNTIME_IF=(--prtemca prte_if_include)
+  IF_NAMES=(__IFACE_ARGS_5__)
 else
-  RUNTIME_IF=(--mca oob_tcp_if_include)
+  IF_NAMES=(__IFACE_ARGS_4__)
 fi
 IFACE_ARGS=()
-if [ -n "$IFACE" ]; then
-  IFACE_ARGS=(--mca btl_tcp_if_include "$IFACE" "${RUNTIME_IF[@]}" "$IFACE")
+if [ -n "$IFACE" ]; then  # MPI's TCP, then the runtime's: each flag, its name, the interface
+  IFACE_ARGS=("${IF_NAMES[0]}" "${IF_NAMES[1]}" "$IFACE" "${IF_NAMES[2]}" "${IF_NAMES[3]}" "$IFACE")
 fi
 
 log "mpirun${OMPI_VERSION:+ (Open MPI $OMPI_VERSION)} -np $NP on ${NAMES[*]}: $*"
@@ -482,7 +482,9 @@ def launch_script(plan: Plan) -> str:
             shlex.quote(a) for a in mpirun_args_for(plan.mpirun_args, 5)) + ")")
     out.append(_BODY.strip("\n").replace("__OPS_FUNCTIONS__", ops.functions(
         "_hw_say", "_hw_is_sshd", "_hw_sshd_pid")))
-    out.append((_MPI if c.framework == "mpi" else _TORCH).rstrip("\n"))
+    out.append((_MPI if c.framework == "mpi" else _TORCH).rstrip("\n")
+               .replace("__IFACE_ARGS_5__", " ".join(IFACE_ARGS_5))
+               .replace("__IFACE_ARGS_4__", " ".join(IFACE_ARGS_4)))
     out.append("")
     text = "\n".join(out)
     if c.framework != "mpi":  # torchrun needs neither the mpirun settings nor sshd

@@ -525,9 +525,7 @@ def recommend(facts: Facts, choices: Choices, preset: Optional[Preset],
     if facts.mirrors_reachable is False and any(s.id == "packages/install" and not s.satisfied
                                                 for s in steps):
         if facts.mirrors:  # name what was tried, so that the user can check it
-            hosts = ", ".join(facts.mirrors[:4]) + (", …" if len(facts.mirrors) > 4 else "")
-            if facts.mirrors_proxy:
-                hosts += "; " + _("through the proxy {proxy}").format(proxy=facts.mirrors_proxy)
+            hosts = facts.mirrors_tried()
             blockers.append((_("The package mirrors cannot be reached from this machine "
                                "({hosts}), so nothing can be installed here: use the preset "
                                "image.") if preset is not None else

@@ -60,9 +60,7 @@ def _mirrors(facts: Facts) -> str:
     """The package mirrors and whether one answered: 'deb.debian.org:80 (reachable)'."""
     if not facts.mirrors:
         return _("none configured")
-    shown = ", ".join(facts.mirrors[:4]) + (", …" if len(facts.mirrors) > 4 else "")
-    if facts.mirrors_proxy:
-        shown += "; " + _("through the proxy {proxy}").format(proxy=facts.mirrors_proxy)
+    shown = facts.mirrors_tried()
     state = _yes_no(facts.mirrors_reachable, _("reachable"), _("none reachable"),
                     _("not checked"))
     return f"{shown} ({state})"
