@@ -8,16 +8,13 @@ A Runner runs shell text as the right user; tests pass a fake one.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import threading
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Protocol, Sequence
 
-from . import ops
+from . import ops, proc
 from .diagnose import Diagnosis, diagnose
 from .record import Record, now
 
@@ -66,6 +63,8 @@ Sink = Callable[[object], None]
 # --- running shell text as the right user -----------------------------------------------------
 
 class Runner(Protocol):
+    def via_sudo(self, as_: str) -> bool: ...  # the session asks for sudo once, before a run
+
     def check(self, as_: str, text: str) -> bool: ...
 
     def run(self, as_: str, text: str, on_line: Callable[[str], None]) -> int: ...
@@ -128,90 +127,38 @@ class ShellRunner:
             tries.insert(0, ["bash", "-c", ops.runnable(text, self.library) if self.library else text])
         result = (1, "", "")
         for argv in tries:
-            try:
-                proc = subprocess.run(argv, cwd="/", stdin=subprocess.DEVNULL, capture_output=True,
-                                      timeout=CHECK_TIMEOUT, env=_child_env())
-            except (subprocess.TimeoutExpired, OSError) as exc:
-                result = (1, "", str(exc))
+            done = proc.capture(argv, CHECK_TIMEOUT, env=_child_env(), cwd="/",
+                                keep_terminal=True)
+            if done.not_started or done.timed_out:
+                result = (1, "", done.not_started or
+                          f"{argv[0]}: did not finish within {CHECK_TIMEOUT:g} s")
                 continue
-            result = (proc.returncode, proc.stdout.decode("utf-8", "replace"),
-                      proc.stderr.decode("utf-8", "replace"))
-            if proc.returncode == 0:
+            result = (done.rc, done.stdout, done.stderr)
+            if done.rc == 0:
                 break
         return result
 
     @staticmethod
     def _passes(argv: List[str]) -> bool:
-        # Pipes, not /dev/null: with a timeout and no pipes, subprocess polls for the exit
-        # with sleeps that grow to 50 ms, a third of a 60 ms check; a pipe's EOF wakes it.
-        try:
-            return subprocess.run(argv, cwd="/", stdin=subprocess.DEVNULL, capture_output=True,
-                                  timeout=CHECK_TIMEOUT).returncode == 0
-        except (subprocess.TimeoutExpired, OSError):
-            return False
+        return proc.capture(argv, CHECK_TIMEOUT, env=_child_env(), cwd="/",
+                            keep_terminal=True).ok
 
     def run(self, as_: str, text: str, on_line: Callable[[str], None]) -> int:
-        # The child's stdin is /dev/null: a command that would prompt fails instead of hanging.
-        # The step runs in a process group of its own, so that an interrupt reaches all of
-        # it (bash and what bash started, e.g. apt-get and dpkg), whatever signalled us.
-        proc = subprocess.Popen(self.argv(as_, text), cwd="/", stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                env=_child_env(), **_own_process_group())
-        self.child = proc
-        try:
-            assert proc.stdout is not None
-            for raw in proc.stdout:
-                on_line(raw.decode("utf-8", "replace").rstrip("\n"))
-            return proc.wait()
-        except BaseException:
-            # Interrupted (Ctrl-C, SIGTERM) or the record could not be written: the step's
-            # processes get SIGINT, as from a terminal, and a moment to finish their own
-            # cleanup (temporary files, traps); then SIGTERM.
-            _signal_group(proc, signal.SIGINT)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                _signal_group(proc, signal.SIGTERM)
-                proc.wait()
-            raise
-        finally:
-            self.child = None
+        # A process group of its own in our session (sudo's cached credentials are the
+        # terminal's), so that an interrupt reaches all of the step (bash and what bash
+        # started, e.g. apt-get and dpkg), whatever signalled us: SIGINT, then SIGTERM.
+        return proc.stream(self.argv(as_, text), on_line, env=_child_env(), cwd="/",
+                           keep_terminal=True, on_start=self._started)
+
+    def _started(self, child: Optional[subprocess.Popen]) -> None:
+        self.child = child
 
 
 def interrupt_step(runner: object, grace: float = 5.0) -> None:
     """Stop the step a runner is running, as Ctrl-C in a terminal would: SIGINT to the
     step's whole process group, SIGTERM after grace seconds. For front ends where Ctrl-C is
     a key, not a signal (the TUI)."""
-    proc = getattr(runner, "child", None)
-    if proc is None:
-        return
-    _signal_group(proc, signal.SIGINT)
-
-    def escalate() -> None:
-        try:
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            _signal_group(proc, signal.SIGTERM)
-
-    threading.Thread(target=escalate, daemon=True).start()
-
-
-def _own_process_group() -> dict:
-    if sys.version_info >= (3, 11):
-        return {"process_group": 0}
-    return {"preexec_fn": os.setpgrp}  # pragma: no cover (Python < 3.11)
-
-
-def _signal_group(proc: subprocess.Popen, signum: int) -> None:
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signum)
-    except OSError:  # gone already, or not ours to signal (sudo): signal the child alone
-        try:
-            proc.send_signal(signum)
-        except OSError:
-            pass
+    proc.interrupt(getattr(runner, "child", None), grace)
 
 
 def _current_user() -> str:
@@ -229,10 +176,8 @@ def _current_user() -> str:
 
 
 def _child_env() -> dict:
-    env = dict(os.environ)
-    env.setdefault("LC_ALL", "C.UTF-8")  # tools' messages in English: diagnoses match them
-    env["DEBIAN_FRONTEND"] = "noninteractive"
-    return env
+    # tools' messages in English: the diagnoses match them; apt and dpkg never ask
+    return proc.child_env(proc.STEPS, extra={"DEBIAN_FRONTEND": "noninteractive"})
 
 
 # --- apply ----------------------------------------------------------------------------------

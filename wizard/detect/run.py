@@ -13,10 +13,10 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import signal
-import subprocess
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence, Tuple
+
+from .. import proc
 
 
 class CommandTimeout(Exception):
@@ -69,39 +69,9 @@ def run(
     exe = argv[0] if os.sep in argv[0] else which(argv[0])
     if exe is None or not os.access(exe, os.X_OK) or os.path.isdir(exe):
         return None
-    child_env = dict(os.environ if env is None else env)
-    child_env["LC_ALL"] = "C"
-    child_env["LANG"] = "C"
-    try:
-        proc = subprocess.Popen(
-            (exe,) + argv[1:],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            errors="replace",
-            env=child_env,
-            start_new_session=True,
-        )
-    except FileNotFoundError:
+    done = proc.capture((exe,) + argv[1:], timeout, env=proc.child_env(proc.PARSED, base=env))
+    if done.not_started:
         return None
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        raise CommandTimeout(argv, timeout) from None
-    return Result(argv=argv, rc=proc.returncode, stdout=out or "", stderr=err or "")
-
-
-def _kill_group(proc: "subprocess.Popen[str]") -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
-    try:
-        proc.communicate(timeout=1.0)
-    except subprocess.TimeoutExpired:  # a grandchild escaped the group and holds the pipes
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
-        proc.wait()
+    if done.timed_out:
+        raise CommandTimeout(argv, timeout)
+    return Result(argv=argv, rc=done.rc, stdout=done.stdout, stderr=done.stderr)

@@ -1,0 +1,139 @@
+"""hpcwizard.proc, the one runner apply, verify and detect start programs with: the child's
+locale, its process group (a session of its own, or a group in ours that keeps the terminal
+for sudo), a time-out or a stop killing the whole group, streamed lines, an interrupt."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from hpcwizard import proc
+
+
+def gone(pid: int, wait: float = 5.0) -> bool:
+    """pid has ended (or is a zombie waiting to be reaped), within `wait` s for a kill to land."""
+    end = time.monotonic() + wait
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return True
+        if state == "Z":
+            return True
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.05)
+
+
+def test_the_locale_is_fixed_where_output_is_parsed(monkeypatch):
+    monkeypatch.setenv("LC_ALL", "zh_CN.UTF-8")
+    monkeypatch.setenv("LANG", "zh_CN.UTF-8")
+    monkeypatch.setenv("LANGUAGE", "zh_CN:en")
+    env = proc.child_env(proc.PARSED, extra={"X": "1"})
+    assert (env["LC_ALL"], env["LANG"], env["X"]) == ("C", "C", "1") and "LANGUAGE" not in env
+    assert proc.child_env(proc.STEPS, base={"PATH": "/bin"}) == {
+        "PATH": "/bin", "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
+    done = proc.capture(["sh", "-c", 'echo "$LC_ALL/$LANG/${LANGUAGE-unset}"'], 10,
+                        env=proc.child_env(proc.PARSED))
+    assert done.ok and done.stdout == "C/C/unset\n"
+
+
+def test_capture_keeps_streams_apart_or_merged_and_feeds_stdin():
+    done = proc.capture(["sh", "-c", "cat; echo err >&2; exit 3"], 10, stdin=b"in\n")
+    assert (done.rc, done.stdout, done.stderr, done.ok) == (3, "in\n", "err\n", False)
+    merged = proc.capture(["sh", "-c", "echo a; echo b >&2"], 10, merge=True)
+    assert merged.stdout == "a\nb\n" and merged.stderr == ""
+    assert proc.capture(["sh", "-c", "read -r x || exit 7"], 10).rc == 7  # stdin: /dev/null
+
+
+def test_a_program_that_is_not_there_does_not_start():
+    done = proc.capture(["hpcwizard-no-such-program-xyz"], 10)
+    assert done.rc == proc.NOT_FOUND and done.not_started and not done.ok
+
+
+@pytest.mark.parametrize("keep_terminal", [False, True])
+def test_a_time_out_kills_the_whole_group(keep_terminal):
+    t0 = time.monotonic()
+    done = proc.capture(["bash", "-c", "echo started; sleep 60 & echo $! ; wait"], 1.0,
+                        keep_terminal=keep_terminal)
+    assert done.timed_out and not done.ok and time.monotonic() - t0 < 5
+    lines = done.stdout.split()
+    assert lines[0] == "started"
+    assert gone(int(lines[1]))  # the backgrounded sleep, not only bash
+
+
+def test_a_session_of_its_own_or_a_group_in_ours():
+    """verify's and detect's children have no controlling terminal (a session of their own:
+    ssh cannot prompt there); apply's keep our session (sudo's ticket is the terminal's)."""
+    code = "import os; print(os.getsid(0), os.getpgid(0), os.getpid())"
+    own = proc.capture([sys.executable, "-c", code], 30).stdout.split()
+    sid, pgid, pid = map(int, own)
+    assert sid == pid == pgid
+    kept = proc.capture([sys.executable, "-c", code], 30, keep_terminal=True).stdout.split()
+    sid, pgid, pid = map(int, kept)
+    assert sid == os.getsid(0) and pgid == pid  # our session, a group of its own
+
+
+def test_stop_kills_what_runs_and_refuses_what_comes():
+    running = proc.Running()
+    results = []
+    worker = threading.Thread(target=lambda: results.append(proc.capture(
+        ["bash", "-c", "sleep 60 & wait"], 60, running=running)))
+    worker.start()
+    end = time.monotonic() + 10
+    while not running.procs() and time.monotonic() < end:
+        time.sleep(0.01)
+    (child,) = running.procs()
+    running.stop()
+    worker.join(10)
+    assert not worker.is_alive() and results[0].rc == -9 and not results[0].timed_out
+    assert gone(child.pid)
+    later = proc.capture(["true"], 10, running=running)
+    assert later.not_started == proc.STOPPED and later.rc == 130 and not running.procs()
+
+
+def test_stream_gives_lines_as_they_come_and_the_status():
+    lines = []
+    seen = []
+    code = proc.stream(["sh", "-c", "echo one; echo two >&2; exit 4"], lines.append,
+                       on_start=seen.append)
+    assert code == 4 and lines == ["one", "two"]
+    assert isinstance(seen[0], subprocess.Popen) and seen[-1] is None
+
+
+def test_stream_of_a_program_that_is_not_there_says_so_in_a_line():
+    lines = []
+    assert proc.stream(["hpcwizard-no-such-program-xyz"], lines.append) == proc.NOT_FOUND
+    assert lines and lines[0].startswith("hpcwizard-no-such-program-xyz: ")
+
+
+def test_interrupt_sends_sigint_to_the_group_then_the_stream_ends():
+    """The TUI's Ctrl+C: SIGINT to the step's group; a trap in the step sees it."""
+    started = threading.Event()
+    children = []
+
+    def on_start(child):
+        if child is not None:
+            children.append(child)
+
+    lines = []
+
+    def on_line(line):
+        lines.append(line)
+        started.set()
+
+    result = []
+    worker = threading.Thread(target=lambda: result.append(proc.stream(
+        ["bash", "-c", "trap 'echo got-int; exit 130' INT; echo ready; "
+                       "while :; do sleep 0.05; done"], on_line, on_start=on_start,
+        keep_terminal=True)))
+    worker.start()
+    assert started.wait(10)
+    proc.interrupt(children[0], grace=5)
+    worker.join(10)
+    assert not worker.is_alive() and result == [130] and lines == ["ready", "got-int"]
