@@ -154,10 +154,10 @@ class BlockingSystem(FakeSystem):
         self.started = threading.Event()
         self.stopped = threading.Event()
 
-    def run(self, argv, timeout=10.0, env=None, stdin=None):
+    def ask(self, probe):
         self.started.set()
         self.stopped.wait(30)
-        return Ran(tuple(argv), 130, "stopped")
+        return Ran(probe.argv(), 130, "stopped")
 
     def stop(self):
         self.stopped.set()
@@ -195,7 +195,7 @@ async def test_nothing_to_verify_after_undo(tmp_path):
         await pilot.press("n")
         await wait_for(pilot, lambda: name(app) == "DoneScreen")
         await pilot.press("v")
-        await pilot.pause(0.2)
+        await pilot.pause()  # the key handled (it does nothing here: what is asserted)
         done = app.screen
         assert not done.query("#verify-hosts") and not done.query("#verify-results")
         assert "verify" not in [b.binding.action for b in done.active_bindings.values()
@@ -214,7 +214,7 @@ async def test_the_preset_path_has_nothing_here_to_verify(tmp_path, monkeypatch)
         await wait_for(pilot, lambda: name(app) == "RecommendScreen")
         await pilot.press("p")
         await wait_for(pilot, lambda: name(app) == "DoneScreen")
-        await pilot.pause(0.2)
+        await wait_for(pilot, lambda: app.screen.query("#export-write"), what="Done composed")
         assert not app.screen.query("#verify-hosts")
     assert system.calls == []
 

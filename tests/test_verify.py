@@ -6,6 +6,7 @@ from pathlib import Path
 
 from _core_fixtures import ROOT, facts
 from _verify_fixtures import FakeSystem
+from hpcwizard.verify import probes as P
 from hpcwizard.catalog import load_catalog
 from hpcwizard.choices import make_choices
 from hpcwizard.facts import Hca, Port, Rdma
@@ -44,9 +45,9 @@ def test_mpiruns_own_warnings_are_not_taken_for_ranks():
     peers = {"node1": "ok", "node2": "ok"}
     warning = ("[node1:17232] plm:rsh: warning: setpgid(17252,17252) failed in parent with "
                "errno=permission denied(13)\n")
-    report, c, _ = run(peers, answers={"mpirun": (0, "node1\n" + warning + "node2\n")})
+    report, c, _ = run(peers, answers={P.Mpirun: (0, "node1\n" + warning + "node2\n")})
     assert c["cluster/mpirun"].status == PASS, c["cluster/mpirun"].detail
-    report, c, _ = run(peers, answers={"mpirun": (0, "node1\n" + warning)})  # a rank missing
+    report, c, _ = run(peers, answers={P.Mpirun: (0, "node1\n" + warning)})  # a rank missing
     assert c["cluster/mpirun"].status == FAIL
 
 
@@ -58,7 +59,8 @@ def test_the_settings_in_effect_are_checked_not_the_files():
     assert c["here/sshd-settings"].status == PASS and c["here/ssh-settings"].status == PASS
     sshd = (0, "port 22\nport 2222\npasswordauthentication yes\nkbdinteractiveauthentication no\n"
                "pubkeyauthentication yes\npermitrootlogin yes\n")
-    _, c, _ = run(peers, answers={"sshd -T": sshd, "-G": (0, "port 22\nbatchmode yes\n")})
+    _, c, _ = run(peers, answers={P.SshdInEffect: sshd,
+                                  P.SshInEffect: (0, "port 22\nbatchmode yes\n")})
     bad = c["here/sshd-settings"]
     assert bad.status == FAIL
     assert "passwordauthentication yes" in bad.detail and "permitrootlogin yes" in bad.detail
@@ -111,11 +113,12 @@ def test_ib_checks():
               Hca("mlx5_1", "mlx5_core", ports=(Port("mlx5_1", 1, "DOWN", "Polling", None,
                                                      "InfiniBand"),))),
         rdma=Rdma(uverbs=("uverbs0",)))
-    answers = {"ompi_info": (0, (OUT / "ompi_info_4.1.4_ucx.txt").read_text()),
-               "ucx_info -d": (0, (OUT / "ucx_info-d.txt").read_text()),
-               "ulimit -l": (0, "65536\n"),
-               "uverbs": (0, "/dev/infiniband/uverbs0\n"),
-               "test -x": (1, ""), "mpicc": (1, "bash: mpicc: command not found")}
+    answers = {P.OmpiInfo: (0, (OUT / "ompi_info_4.1.4_ucx.txt").read_text()),
+               P.UcxDevices: (0, (OUT / "ucx_info-d.txt").read_text()),
+               P.MemlockLimit: (0, "65536\n"),
+               P.OpenUverbs: (0, "/dev/infiniband/uverbs0\n"),
+               P.IsExecutable: (1, ""),
+               P.BuildMpiProgram: (1, "bash: mpicc: command not found")}
     report, c, _ = run({"node1": "ok", "node2": "ok"}, network="ib", f=f, answers=answers)
     assert c["here/ompi-ucx"].status == PASS
     assert c["here/ucx-ib"].status == PASS and "rc_mlx5/mlx5_0:1" in c["here/ucx-ib"].detail
@@ -130,13 +133,13 @@ def test_ib_checks():
 def test_ib_port_down():
     f = dataclasses.replace(facts(user=ROOT), hcas=(Hca("mlx5_0", "mlx5_core", ports=(
         Port("mlx5_0", 1, "DOWN", "Polling", None, "InfiniBand"),)),))
-    _, c, _ = run({"node1": "ok"}, network="ib", f=f, answers={"ompi_info": (0, "")})
+    _, c, _ = run({"node1": "ok"}, network="ib", f=f, answers={P.OmpiInfo: (0, "")})
     assert c["here/ib-ports"].status == FAIL and "mlx5_0:1" in c["here/ib-ports"].explain
 
 
 def test_ompi_without_ucx():
-    answers = {"ompi_info": (0, (OUT / "ompi_info_4.1.2_noucx.txt").read_text()),
-               "ucx_info -d": (127, "ucx_info: command not found")}
+    answers = {P.OmpiInfo: (0, (OUT / "ompi_info_4.1.2_noucx.txt").read_text()),
+               P.UcxDevices: (127, "ucx_info: command not found")}
     _, c, _ = run({"node1": "ok"}, network="ib", answers=answers)
     assert c["here/ompi-ucx"].status == FAIL and c["here/ompi-ucx"].diagnoses[0].id == "pml-ucx"
     assert c["here/ucx-ib"].status == FAIL
@@ -144,7 +147,7 @@ def test_ompi_without_ucx():
 
 
 def test_pytorch_without_torch_skips_the_cross_test():
-    answers = {"python3": (1, "ModuleNotFoundError: No module named 'torch'")}
+    answers = {P.TorchImport: (1, "ModuleNotFoundError: No module named 'torch'")}
     report, c, _ = run({"node1": "ok", "node2": "down"}, framework="pytorch", answers=answers)
     assert c["here/torch"].status == FAIL
     assert c["cluster/torch-allreduce"].status == SKIP
@@ -296,17 +299,17 @@ def test_stop_kills_the_commands_in_flight_and_refuses_new_ones():
         system.run(["bash", "-c", "sleep 60 & wait"], timeout=60)))
     t0 = time.monotonic()
     worker.start()
-    while not system._running and time.monotonic() - t0 < 10:
+    while not system.running() and time.monotonic() - t0 < 10:
         time.sleep(0.01)
-    assert system._running, "the command did not start"
-    pid = next(iter(system._running))
+    assert system.running(), "the command did not start"
+    pid = system.running()[0].pid
     system.stop()
     worker.join(10)
     assert not worker.is_alive() and time.monotonic() - t0 < 10
     assert results[0].rc == -9  # SIGKILL, not a time-out (124) or success
     assert _live_in_group(pid) == [], "the backgrounded sleep outlived stop()"
     later = system.run(["true"])
-    assert later.rc == 130 and not system._running
+    assert later.rc == 130 and not system.running()
 
 
 def _live_in_group(pgid, wait=5.0):

@@ -11,6 +11,7 @@ from test_verify import run
 from hpcwizard.facts import Software
 from hpcwizard.report_verify import format_report
 from hpcwizard.verify import FAIL, PASS, SKIP, no_ssh_reason, route_dev
+from hpcwizard.verify import probes as P
 
 OUT = Path(__file__).parent / "fixtures" / "outputs"
 V4 = (0, (OUT / "mpirun_openmpi-4.1.4.txt").read_text())
@@ -24,23 +25,25 @@ TORCH = (0, 'HPCWIZARD-TORCH {"torch": "2.3.0", "python": "/usr/bin/python3", "c
 # --- here: 127.0.0.1 ---------------------------------------------------------------------------
 
 def test_here_logs_in_to_127_0_0_1_where_localhost_does_not_resolve():
-    """An /etc/hosts without 'localhost' while sshd works: any ssh to that name fails (the
-    fake's answer for every command naming it), and the checks here still pass."""
+    """An /etc/hosts without 'localhost' while sshd works: any probe of that name fails (the
+    fake's answer for every probe whose host it is), and the checks here still pass."""
     gone = (255, "ssh: Could not resolve hostname localhost: Name or service not known")
-    report, c, sys_ = run({"node1": "ok"}, answers={"localhost": gone})
+    report, c, sys_ = run({"node1": "ok"},
+                          answers={lambda p: getattr(p, "host", "") == "localhost": gone})
     login = c["here/login"]
     assert login.status == PASS, login.detail
     assert login.detail == "root@127.0.0.1:2222"
     assert login.command.startswith("ssh -o BatchMode=yes -o ConnectTimeout=5 -p 2222 127.0.0.1 ")
     assert c["here/sshd"].status == PASS and "127.0.0.1:2222" in c["here/sshd"].detail
     assert not [argv for argv in sys_.calls if "localhost" in " ".join(argv)]
+    assert [p.host for p in sys_.asked(P.SshCommand)] == ["127.0.0.1", "node1"]
     assert report.ok
 
 
 # --- PyTorch: no SSH ---------------------------------------------------------------------------
 
 def test_pytorch_tcp_skips_the_ssh_checks_here_with_the_reason():
-    report, c, sys_ = run({"node1": "ok"}, framework="pytorch", answers={"python3": TORCH})
+    report, c, sys_ = run({"node1": "ok"}, framework="pytorch", answers={P.TorchImport: TORCH})
     for cid in ("here/sshd", "here/login"):
         assert c[cid].status == SKIP and c[cid].detail == REASON == no_ssh_reason()
         assert c[cid].command == ""  # nothing ran for them
@@ -58,7 +61,7 @@ def test_pytorch_peer_without_ssh_is_a_skip_that_says_why():
     """node2 has no sshd (nothing a PyTorch job needs): its SSH checks are skips naming the
     reason; a name that does not resolve is still a failure (MASTER_ADDR must resolve)."""
     report, c, _ = run({"node1": "ok", "node2": "down", "node3": "nokey", "node4": "noname"},
-                       framework="pytorch", answers={"python3": TORCH})
+                       framework="pytorch", answers={P.TorchImport: TORCH})
     port = c["peer/node2/port"]
     assert port.status == SKIP
     assert port.detail == ("bash: line 1: /dev/tcp/node2/2222: Connection refused; " + REASON
@@ -73,14 +76,15 @@ def test_pytorch_peer_without_ssh_is_a_skip_that_says_why():
 
 def test_mpirun_takes_open_mpi_5_names_and_the_interface_of_the_route():
     report, c, sys_ = run({"node1": "ok", "node2": "ok", "node3": "ok"},
-                          answers={"mpirun --version": V5, "ip -o route get": ROUTE})
+                          answers={P.MpirunVersion: V5, P.RouteTo: ROUTE})
     m = c["cluster/mpirun"]
     assert m.status == PASS, m.detail
     assert "--prtemca plm_ssh_args '-p 2222'" in m.command and "plm_rsh_args" not in m.command
     assert ("--mca btl_tcp_if_include eth0 --prtemca prte_if_include eth0" in m.command
             and "oob_tcp_if_include" not in m.command)
-    # the first other host (this one is node1, facts.hostname): its address's route
-    assert ("ip", "-o", "route", "get", "10.0.0.2") in sys_.calls
+    # the first other host (this one is node1, the fake's answer to "which host is this"):
+    # its address's route
+    assert [p.address for p in sys_.asked(P.RouteTo)] == ["10.0.0.2"]
     assert m.detail == ("3 ranks on node1, node2, node3; Open MPI 5.0.7; TCP interface eth0 "
                         "(the route to node2 at 10.0.0.2)")
     assert report.ok
@@ -88,7 +92,7 @@ def test_mpirun_takes_open_mpi_5_names_and_the_interface_of_the_route():
 
 def test_mpirun_takes_open_mpi_4_names():
     _, c, _ = run({"node1": "ok", "node2": "ok"},
-                  answers={"mpirun --version": V4, "ip -o route get": ROUTE})
+                  answers={P.MpirunVersion: V4, P.RouteTo: ROUTE})
     m = c["cluster/mpirun"]
     assert m.status == PASS, m.detail
     assert "--mca plm_rsh_args '-p 2222'" in m.command and "prtemca" not in m.command
@@ -96,8 +100,8 @@ def test_mpirun_takes_open_mpi_4_names():
 
 
 def test_version_from_the_facts_when_mpirun_does_not_say():
-    """The fake's `mpirun --version` prints host names, no '(Open MPI)': the facts' 5.0.7 is
-    used. No ip answer (the fake: not installed): no interface is imposed."""
+    """The fake's `mpirun --version` says nothing (not installed): the facts' 5.0.7 is used.
+    No ip answer (the fake: not installed): no interface is imposed."""
     f = dataclasses.replace(facts(user=ROOT), software=Software(
         packages={}, mpi_flavour="openmpi", mpi_version="5.0.7"))
     _, c, _ = run({"node1": "ok", "node2": "ok"}, f=f)
@@ -113,8 +117,7 @@ def test_unknown_open_mpi_keeps_the_plans_arguments():
     assert m.status == PASS and m.detail == "2 ranks on node1, node2"
     assert "--mca plm_rsh_args '-p 2222' --map-by node hostname" in m.command
     # asked once per verification, before the job's mpirun
-    versions = [argv for argv in sys_.calls if argv[-2:] == ("mpirun", "--version")]
-    assert len(versions) == 1
+    assert len(sys_.asked(P.MpirunVersion)) == 1
 
 
 def test_route_dev_reads_ip_route_get():

@@ -22,16 +22,16 @@ from hpcwizard.catalog import load_catalog
 from hpcwizard.choices import make_choices
 from hpcwizard.hosts import Hosts
 from hpcwizard.plan import Target, build_plan
-from hpcwizard.verify import PASS, Ran, System, _read_owned, verify
+from hpcwizard.verify import PASS, System, _read_owned, verify
+from hpcwizard.verify import probes as P
 
 ALICE = Target("alice", 4242, 4243, "alice", "/home/alice")
 SECRET = b"root only\n"
 
 
 class TempSystem(FakeSystem):
-    """The fake's answers, the real write_temp; runuser's prefix is taken off before the
-    fake answers. At each mpirun, what its hostfile is: path, text, the directory's mode
-    and owner (seen then: the directory is gone afterwards)."""
+    """The fake's answers, the real write_temp. At each mpirun, what its hostfile is: path,
+    text, the directory's mode and owner (seen then: the directory is gone afterwards)."""
 
     write_temp = System.write_temp
 
@@ -40,16 +40,9 @@ class TempSystem(FakeSystem):
         self.hostfiles = []
         self.at_mpirun = at_mpirun
 
-    def _answer(self, argv):
-        if argv[:2] == ("runuser", "-u"):
-            ran = super()._answer(argv[4:])
-            return Ran(argv, ran.rc, ran.out)
-        return super()._answer(argv)
-
-    def run(self, argv, timeout=10.0, env=None, stdin=None):
-        argv = tuple(argv)
-        if "mpirun" in argv and "--hostfile" in argv:  # not verify's `mpirun --version`
-            path = Path(argv[argv.index("--hostfile") + 1])
+    def ask(self, probe):
+        if isinstance(probe, P.Mpirun):
+            path = Path(probe.hostfile)
             d = path.parent.lstat()
             f = path.lstat()
             self.hostfiles.append({
@@ -58,7 +51,7 @@ class TempSystem(FakeSystem):
                 "file_is_link": stat.S_ISLNK(f.st_mode)})
             if self.at_mpirun:
                 self.at_mpirun(self)
-        return super().run(argv, timeout, env, stdin)
+        return super().ask(probe)
 
 
 CHOWNS: dict = {}
@@ -168,7 +161,7 @@ def test_hostfile_in_a_fresh_private_dir_never_through_planted_links(tmpdir_, ho
 def test_the_job_users_hostfiles_are_theirs_when_root_acts_as_them(tmpdir_, fake_root_chown):
     base, victim, vdir = tmpdir_
     before = state(base, victim, vdir)
-    system = TempSystem({"node1": "ok", "node2": "ok"}, answers={"test -x": (0, "")})
+    system = TempSystem({"node1": "ok", "node2": "ok"}, answers={P.IsExecutable: (0, "")})
     report = run_verify(system, network="ib", target=ALICE)
     checks = {c.id: c for c in report.checks}
     assert checks["cluster/mpirun"].status == PASS

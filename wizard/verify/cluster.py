@@ -1,0 +1,301 @@
+"""Checks across the whole cluster, once every peer answered: for MPI, `mpirun hostname` on
+every host (and over IB an MPI all-reduce whose UCX log shows IB or TCP), in the names of the
+Open MPI installed here (`mpirun --version`: 5.x takes PRRTE's) and kept to the interface
+that the route to the first other host goes through; for PyTorch a two-instance
+torch.distributed all-reduce started through the launch script, so through torchrun's
+rendezvous on its port (gloo on CPU, nccl on GPU; over IB its NCCL log shows IB or sockets).
+
+The hosts are the ones the launch script would use, in its order, and "which one is this" is
+its answer (hpcwizard.runtime): what passes here is what the launch does."""
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import List, Optional, Sequence, Tuple
+
+from ..diagnose import diagnose, explain
+from ..facts import Software
+from ..i18n import _
+from . import needs as N
+from .context import Ctx, _check, _skip, gather
+from .parse import (host_lines, parse_allreduce, route_dev, short, transport_from_nccl_log,
+                    transport_from_ucx_log, address_of)
+from .probes import (BuildMpiProgram, CopyTo, IsExecutable, LaunchHalf, Mpirun, MpirunVersion,
+                     Ran, Resolve, RouteTo, WriteOnce)
+from .results import FAIL, PASS, Check
+from .shipped import MPI_ALLREDUCE, TORCH_ALLREDUCE, program
+from .spec import Spec
+
+RENDEZVOUS_PORT = "29500"  # torchrun's MASTER_PORT in the launch script, when none is set
+
+
+def _hostfile(names: Sequence[str]) -> str:
+    from ..runtime import hostfile_text
+
+    return hostfile_text(list(names), 1)
+
+
+def mpi_setup(ctx: Ctx) -> Tuple[Optional[int], str, str, str]:
+    """(Open MPI's major version, its version, the TCP interface, which route chose it) for
+    verify's mpirun commands, found once per verification. The version is the one
+    `mpirun --version` names (apply may have installed Open MPI after the facts were
+    detected), else the facts'; the interface is the one the route to the first other host
+    goes through (`ip -o route get ADDRESS`), as the launch script chooses it."""
+    if ctx.mpi is not None:
+        return ctx.mpi
+    from ..detect.software import parse_mpirun_version
+
+    r = ctx.ask(MpirunVersion(user=ctx.user))
+    flavour, version = parse_mpirun_version(r.out) if r.ok else ("", "")
+    sw = Software(mpi_flavour=flavour, mpi_version=version) if flavour else ctx.facts.software
+    major = sw.ompi_major
+    here = ctx.rank()
+    others = [h for i, h in enumerate(ctx.names) if i != here]
+    iface = why = ""
+    if others:
+        g = ctx.ask(Resolve(others[0]))
+        addr = address_of(g.out) if g.ok else ""
+        route = ctx.ask(RouteTo(addr)) if addr else None
+        iface = route_dev(route.out) if route is not None and route.ok else ""
+        why = _("the route to {host} at {address}").format(host=others[0], address=addr)
+    ctx.mpi = (major, sw.mpi_version if major is not None else "", iface, why)
+    return ctx.mpi
+
+
+def _mpi_note(ctx: Ctx) -> str:
+    """What verify's mpirun used: '; Open MPI 5.0.7; TCP interface eth0 (the route to ...)'."""
+    _major, version, iface, why = ctx.mpi or (None, "", "", "")
+    parts = [f"Open MPI {version}"] if version else []
+    if iface:
+        parts.append(_("TCP interface {iface} ({why})").format(iface=iface, why=why))
+    return "".join("; " + p for p in parts)
+
+
+def _mpirun_args(ctx: Ctx) -> List[str]:
+    """The plan's mpirun arguments in the names of the Open MPI installed here (5.x:
+    PRRTE's), kept to the interface that reaches the other hosts."""
+    from ..launch import iface_args, mpirun_args_for
+
+    major, _version, iface, _why = mpi_setup(ctx)
+    argv = ["--allow-run-as-root"] if ctx.target == "root" or ctx.plan.target.uid == 0 else []
+    argv += mpirun_args_for(ctx.plan.mpirun_args, major)
+    if iface:
+        argv += iface_args(iface, major)
+    return argv
+
+
+def mpirun_title(ctx: Ctx, host: str = "") -> str:
+    if ctx.cannot_act_as:
+        return _("mpirun across hosts")
+    return _("mpirun starts a process on all {n} hosts").format(n=len(ctx.names))
+
+
+def check_mpirun(ctx: Ctx, host: str = "") -> Check:
+    t0 = time.monotonic()
+    names = ctx.names
+    n = len(names)
+    hf = ctx.write_temp("hostfile", _hostfile(names))
+    r = ctx.ask(Mpirun(hf, n, (*_mpirun_args(ctx), "--map-by", "node"), ("hostname",),
+                       user=ctx.user))
+    ranks = host_lines(r.out) if r.ok else []
+    got = sorted({short(x) for x in ranks})
+    want = sorted({short(x) for x in names})
+    ok = r.ok and len(ranks) == n and got == want
+    detail = (_("{n} ranks on {hosts}").format(n=n, hosts=", ".join(got)) + _mpi_note(ctx)
+              if ok else
+              (_("ran on {hosts}").format(hosts=", ".join(got)) if r.ok else r.last_line()))
+    return _check("cluster/mpirun", mpirun_title(ctx), r, ok, detail=detail,
+                  fallback="mpi-daemons", t0=t0,
+                  plain=_("mpirun could not start processes on every instance; the diagnosis "
+                          "below names the reason."))
+
+
+def _spread(ctx: Ctx, hosts: Sequence[str], path: str, data: bytes) -> Optional[Ran]:
+    """Put a file at the same path on each host over SSH (skipped where it already is, so a
+    shared home is never truncated). Returns the failed command, if any."""
+    for host in hosts:
+        r = ctx.ask(CopyTo(host, ctx.port, path, data, user=ctx.user))
+        if not r.ok:
+            return r
+    return None
+
+
+def _read_owned(path: str, uid: int, limit: int = 64 * 1024 * 1024) -> bytes:
+    """The bytes of path when it is a regular file (not a symlink) owned by uid, else b"":
+    root copies the job user's test program to the peers, never a file that user could not
+    read by pointing a link at it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return b""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != uid or st.st_size > limit:
+            return b""
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks) if size <= limit else b""
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+
+
+def _cache_path(ctx: Ctx, name: str, text: str) -> str:
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    return f"{ctx.plan.target.home}/.cache/hpcwizard/{digest}-{name}"
+
+
+def mpi_transport_title(ctx: Ctx, host: str = "") -> str:
+    return _("MPI over UCX uses InfiniBand between instances")
+
+
+def check_mpi_transport(ctx: Ctx, host: str = "") -> Check:
+    """Over IB: an MPI all-reduce across two instances with UCX logging: IB or TCP?"""
+    title = mpi_transport_title(ctx)
+    source = program(MPI_ALLREDUCE)
+    exe = _cache_path(ctx, MPI_ALLREDUCE, source)[:-2]
+    t0 = time.monotonic()
+    if not ctx.ask(IsExecutable(exe, user=ctx.user)).ok:
+        r = ctx.ask(BuildMpiProgram(exe, source, user=ctx.user))
+        if not r.ok:
+            return _skip("cluster/mpi-transport", title,
+                         _("cannot build the test program with mpicc: {error}").format(
+                             error=r.last_line()),
+                         command=r.command)
+    pair = list(ctx.names[:2])
+    binary = _read_owned(exe, ctx.plan.target.uid)
+    if binary:
+        failed = _spread(ctx, pair, exe, binary)
+        if failed is not None:
+            return _check("cluster/mpi-transport", title, failed, False, t0=t0,
+                          detail=failed.last_line(),
+                          plain=_("Could not copy the MPI test program to the other "
+                                  "instance."))
+    hf = ctx.write_temp("hostfile-2", _hostfile(pair))
+    args = [*_mpirun_args(ctx), "--map-by", "node", "--mca", "pml", "ucx",
+            "-x", "UCX_LOG_LEVEL=info"]
+    passed = {a for i, a in enumerate(args) if i and args[i - 1] == "-x"}
+    for k, _v in ctx.plan.launch_env:
+        if k not in passed:
+            args += ["-x", k]
+    r = ctx.ask(Mpirun(hf, 2, tuple(args), (exe,), user=ctx.user,
+                       extra_env=(*ctx.plan.launch_env, ("UCX_LOG_LEVEL", "info"))))
+    used = transport_from_ucx_log(r.out)
+    ok = r.ok and used == "ib"
+    detail = {"ib": _("UCX chose InfiniBand"), "tcp": _("UCX fell back to TCP")}.get(
+        used, _("the UCX log does not say which transport")) if r.ok else r.last_line()
+    return _check("cluster/mpi-transport", title, r, ok, detail=detail, t0=t0,
+                  fallback="ucx-no-transports",
+                  plain=_("MPI between instances does not use InfiniBand (it runs, but over "
+                          "TCP)") if r.ok else
+                  _("The MPI test job failed; the diagnosis names the reason."))
+
+
+def torch_pair(ctx: Ctx) -> Optional[Tuple[str, str]]:
+    """This host and the first other host whose key login passed: the all-reduce's two
+    halves (None when there is no such other host)."""
+    here = ctx.here_name()
+    for h in ctx.names:
+        login = ctx.found(f"peer/{h}/login")
+        if h != here and login is not None and login.status == PASS:
+            return here, h
+    return None
+
+
+def torch_allreduce_title(ctx: Ctx, host: str = "") -> str:
+    return _("torch.distributed all_reduce across two instances")
+
+
+def check_torch_allreduce(ctx: Ctx, host: str = "") -> Check:
+    """Two processes, one on this host and one on another, through the launch script."""
+    from ..launch import launch_script
+
+    tid, title = "cluster/torch-allreduce", torch_allreduce_title(ctx)
+    pair = torch_pair(ctx)
+    assert pair is not None  # its needs: N.A_JOB_HOST, N.A_PEER_LOGIN
+    here, other = pair
+    script = launch_script(ctx.plan)
+    test = program(TORCH_ALLREDUCE)
+    spath = _cache_path(ctx, "launch.sh", script)
+    ppath = _cache_path(ctx, TORCH_ALLREDUCE, test)
+    t0 = time.monotonic()
+    for path, text in ((spath, script), (ppath, test)):
+        ctx.ask(WriteOnce(path, text, user=ctx.user))
+        failed = _spread(ctx, [other], path, text.encode())
+        if failed is not None:
+            return _skip(tid, title, _("cannot copy the test to {host} over SSH ({error}); "
+                                       "run the launch script on both instances "
+                                       "yourself").format(host=other, error=failed.last_line()),
+                         command=failed.command)
+    # The rendezvous (torchrun's TCP store on the first host) named on both sides: a
+    # MASTER_ADDR or MASTER_PORT in verify's own environment must not reach one half only.
+    env = (("NCCL_DEBUG", "INFO"), ("HOSTS", f"{here},{other}"), ("WAIT_TRIES", "5"),
+           ("MASTER_ADDR", here), ("MASTER_PORT", RENDEZVOUS_PORT))
+    # The python3 that imports torch here (the same image is at the same path there): an
+    # SSH command's PATH often lacks a conda or pyenv interpreter.
+    local = LaunchHalf(spath, ctx.python, ppath, env, user=ctx.user)
+    remote = LaunchHalf(spath, ctx.python, ppath, env, host=other, port=ctx.port, user=ctx.user)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        r_local, r_remote = gather(ctx, [pool.submit(ctx.ask, local),
+                                         pool.submit(ctx.ask, remote)])
+    results = parse_allreduce(r_local.out) + parse_allreduce(r_remote.out)
+    ok = (r_local.ok and r_remote.ok and len(results) == 2
+          and all(x.get("sum") == x.get("expected") for x in results))
+    both = Ran(r_local.argv, r_local.rc or r_remote.rc, r_local.out + "\n" + r_remote.out)
+    backend = results[0].get("backend", "") if results else ""
+    command = local.command + "  &  " + remote.command
+    ctx.allreduce = (both, backend, command)
+    detail = (_("{backend}: sum {sum} on both ranks, as expected (rendezvous at "
+                "{address})").format(backend=backend, sum=results[0].get("sum"),
+                                     address=f"{here}:{RENDEZVOUS_PORT}") if ok else
+              (_("results: {results}").format(results=results) if results
+               else both.last_line()))
+    return _check(tid, title, both, ok, detail=detail, t0=t0, command=command,
+                  fallback="nccl-no-socket",
+                  plain=_("The two-instance all_reduce did not complete: the diagnosis names "
+                          "the reason (rendezvous port, interface, NCCL/gloo)."))
+
+
+def nccl_transport_title(ctx: Ctx, host: str = "") -> str:
+    return _("NCCL uses InfiniBand between instances")
+
+
+def check_nccl_transport(ctx: Ctx, host: str = "") -> Check:
+    """What the all-reduce's NCCL log says (NCCL_DEBUG=INFO): nothing more runs."""
+    assert ctx.allreduce is not None  # its needs: N.ALLREDUCE
+    both, _backend, command = ctx.allreduce
+    used = transport_from_nccl_log(both.out)
+    return Check("cluster/nccl-transport", nccl_transport_title(ctx),
+                 PASS if used == "ib" else FAIL, command,
+                 {"ib": _("NCCL chose IB"), "tcp": _("NCCL fell back to sockets (TCP)")}
+                 .get(used, _("the NCCL log does not say")),
+                 "" if used == "ib" else _("NCCL between instances does not use "
+                                           "InfiniBand: the job runs, but slowly."),
+                 diagnoses=() if used == "ib" else
+                 tuple(diagnose(both.lines(), scope="job")) or
+                 (explain("nccl-socket-fallback"),))
+
+
+MPI, TORCH, IB = ("mpi",), ("pytorch",), ("ib",)
+
+# In the order they are reported; only with hosts (verify --here has none of them).
+CHECKS = (
+    Spec("cluster/mpirun", mpirun_title, check_mpirun, frameworks=MPI,
+         needs=(N.REACHABLE, N.ACT_AS)),
+    Spec("cluster/mpi-transport", mpi_transport_title, check_mpi_transport, frameworks=MPI,
+         networks=IB, needs=(N.MPIRUN, N.TWO_HOSTS)),
+    Spec("cluster/torch-allreduce", torch_allreduce_title, check_torch_allreduce,
+         frameworks=TORCH,
+         needs=(N.TORCH, N.ACT_AS, N.TWO_HOSTS, N.A_JOB_HOST, N.A_PEER_LOGIN)),
+    Spec("cluster/nccl-transport", nccl_transport_title, check_nccl_transport,
+         frameworks=TORCH, networks=IB, needs=(N.ALLREDUCE, N.NCCL)),
+)

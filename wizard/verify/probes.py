@@ -1,0 +1,320 @@
+"""The questions verify's checks ask, as data: `TcpConnect("node2", 2222)`,
+`SshCommand("node2", 2222, "hostname")`, `Mpirun(...)`. A System answers each with a Ran: the
+real one runs the probe's argv (also what a check shows as the command it ran); a test fake
+answers from the probe's fields, without reading argv back.
+
+`user` is the job's user when verify runs as root for that user (runuser), "" for ourselves.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+CONNECT_TIMEOUT = 3  # seconds, a TCP connect to a peer's SSH port
+SSH_TIMEOUT = 20.0
+JOB_TIMEOUT = 120.0
+SSH_OPTS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=5")
+# With host keys off nothing pins a host's key: verify checks it no more than the job does.
+UNCHECKED = ("-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null")
+Env = Tuple[Tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Ran:
+    argv: Tuple[str, ...]
+    rc: int  # 127: not installed; 124: timed out
+    out: str  # stdout and stderr, interleaved as the program wrote them
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+    @property
+    def command(self) -> str:
+        return shlex.join(self.argv)
+
+    def lines(self) -> List[str]:
+        return self.out.splitlines()
+
+    def last_line(self) -> str:
+        for line in reversed(self.out.splitlines()):
+            if line.strip():
+                return line.strip()
+        return f"exit code {self.rc}"
+
+
+def as_user(user: str) -> Tuple[str, ...]:
+    return ("runuser", "-u", user, "--") if user else ()
+
+
+def ssh_argv(user: str, port: int, host: str, remote: str,
+             unchecked: bool = False) -> Tuple[str, ...]:
+    return (*as_user(user), "ssh", *(UNCHECKED if unchecked else ()), *SSH_OPTS,
+            "-p", str(port), host, remote)
+
+
+class Probe:
+    """What every probe has: its argv, its time-out, what goes to its stdin, the
+    environment it adds."""
+
+    timeout: float = 10.0
+
+    def argv(self) -> Tuple[str, ...]:
+        raise NotImplementedError
+
+    def stdin(self) -> Optional[bytes]:
+        return None
+
+    def env(self) -> Optional[Dict[str, str]]:
+        return None
+
+    @property
+    def command(self) -> str:
+        return shlex.join(self.argv())
+
+
+# --- names and ports ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TcpConnect(Probe):
+    """Does host:port accept a TCP connection (within CONNECT_TIMEOUT)?"""
+    host: str
+    port: int
+    timeout = CONNECT_TIMEOUT + 2
+
+    def argv(self) -> Tuple[str, ...]:
+        return ("timeout", str(CONNECT_TIMEOUT), "bash", "-c",
+                f": </dev/tcp/{self.host}/{self.port}")
+
+
+@dataclass(frozen=True)
+class Resolve(Probe):
+    """host's address, as the job sees names (/etc/hosts and DNS)."""
+    host: str
+
+    def argv(self) -> Tuple[str, ...]:
+        return ("getent", "hosts", self.host)
+
+
+@dataclass(frozen=True)
+class RouteTo(Probe):
+    """The route to an address: which interface it leaves through."""
+    address: str
+    timeout = 5.0
+
+    def argv(self) -> Tuple[str, ...]:
+        return ("ip", "-o", "route", "get", self.address)
+
+
+# --- ssh -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SshCommand(Probe):
+    """remote (shell text) run on host over SSH in BatchMode: a key login or nothing."""
+    host: str
+    port: int
+    remote: str
+    user: str = ""
+    unchecked: bool = False  # host keys off: the key of host is not checked
+    timeout = SSH_TIMEOUT
+
+    def argv(self) -> Tuple[str, ...]:
+        return ssh_argv(self.user, self.port, self.host, self.remote, self.unchecked)
+
+
+@dataclass(frozen=True)
+class CopyTo(Probe):
+    """data to path on host over SSH, unless a file is there already (a shared home is
+    never truncated)."""
+    host: str
+    port: int
+    path: str
+    data: bytes
+    user: str = ""
+    timeout = SSH_TIMEOUT
+
+    def argv(self) -> Tuple[str, ...]:
+        q = shlex.quote(self.path)
+        remote = (f"test -s {q} && exit 0; mkdir -p {shlex.quote(os.path.dirname(self.path))} "
+                  f"&& cat > {q}.$$ && chmod 755 {q}.$$ && mv -f {q}.$$ {q}")
+        return ssh_argv(self.user, self.port, self.host, remote)
+
+    def stdin(self) -> Optional[bytes]:
+        return self.data
+
+
+@dataclass(frozen=True)
+class SshdInEffect(Probe):
+    """The settings sshd really uses (sshd -T), of its own config file when given."""
+    config: str = ""
+    user: str = ""
+
+    def argv(self) -> Tuple[str, ...]:
+        return (*as_user(self.user), "/usr/sbin/sshd", "-T",
+                *(("-f", self.config) if self.config else ()))
+
+
+@dataclass(frozen=True)
+class SshInEffect(Probe):
+    """The settings ssh really uses for host (ssh -G)."""
+    host: str
+    user: str = ""
+
+    def argv(self) -> Tuple[str, ...]:
+        return (*as_user(self.user), "ssh", "-G", self.host)
+
+
+# --- this instance's software and devices -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OmpiInfo(Probe):
+    timeout = 30.0
+
+    def argv(self) -> Tuple[str, ...]:
+        return ("ompi_info",)
+
+
+@dataclass(frozen=True)
+class UcxDevices(Probe):
+    timeout = 30.0
+
+    def argv(self) -> Tuple[str, ...]:
+        return ("ucx_info", "-d")
+
+
+_OPEN_UVERBS = ('set -- /dev/infiniband/uverbs*; [ -e "$1" ] || { echo "no /dev/infiniband/uverbs*"; '
+                'exit 1; }; for d in "$@"; do exec 3<>"$d" || exit 1; exec 3>&-; echo "$d"; done')
+
+
+@dataclass(frozen=True)
+class OpenUverbs(Probe):
+    """Can user open every /dev/infiniband/uverbs* (the names of those opened)?"""
+    user: str = ""
+
+    def argv(self) -> Tuple[str, ...]:
+        return (*as_user(self.user), "bash", "-c", _OPEN_UVERBS)
+
+
+@dataclass(frozen=True)
+class MemlockLimit(Probe):
+    user: str = ""
+
+    def argv(self) -> Tuple[str, ...]:
+        return (*as_user(self.user), "bash", "-c", "ulimit -l")
+
+
+@dataclass(frozen=True)
+class TorchImport(Probe):
+    """Does python3 import torch, with torch.distributed (the probe program's line)?"""
+    program: str
+    user: str = ""
+    timeout = 120.0
+
+    def argv(self) -> Tuple[str, ...]:
+        return (*as_user(self.user), "python3", "-c", self.program)
+
+
+@dataclass(frozen=True)
+class MpirunVersion(Probe):
+    user: str = ""
+
+    def argv(self) -> Tuple[str, ...]:
+        return (*as_user(self.user), "mpirun", "--version")
+
+
+# --- files of verify's own ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IsExecutable(Probe):
+    path: str
+    user: str = ""
+    timeout = 5.0
+
+    def argv(self) -> Tuple[str, ...]:
+        return (*as_user(self.user), "test", "-x", self.path)
+
+
+@dataclass(frozen=True)
+class WriteOnce(Probe):
+    """text to path here (as user), unless a file is there already."""
+    path: str
+    text: str
+    user: str = ""
+
+    def argv(self) -> Tuple[str, ...]:
+        q = shlex.quote(self.path)
+        return (*as_user(self.user), "bash", "-c",
+                f"mkdir -p {shlex.quote(os.path.dirname(self.path))} && test -s {q} || cat > {q}")
+
+    def stdin(self) -> Optional[bytes]:
+        return self.text.encode()
+
+
+@dataclass(frozen=True)
+class BuildMpiProgram(Probe):
+    """source (C text) saved at path + '.c' and built with mpicc into path."""
+    path: str
+    source: str
+    user: str = ""
+    timeout = 60.0
+
+    def argv(self) -> Tuple[str, ...]:
+        src, exe = shlex.quote(self.path + ".c"), shlex.quote(self.path)
+        return (*as_user(self.user), "bash", "-c",
+                f"mkdir -p {shlex.quote(os.path.dirname(self.path))} && cat > {src}"
+                f" && mpicc -O1 -o {exe} {src}")
+
+    def stdin(self) -> Optional[bytes]:
+        return self.source.encode()
+
+
+# --- jobs across instances -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mpirun(Probe):
+    """`mpirun --hostfile HOSTFILE -np N ARGS... PROGRAM...`, env added here (and passed on
+    with -x among args)."""
+    hostfile: str
+    np: int
+    args: Tuple[str, ...]
+    program: Tuple[str, ...]
+    user: str = ""
+    extra_env: Env = ()
+    timeout = JOB_TIMEOUT
+
+    def argv(self) -> Tuple[str, ...]:
+        return (*as_user(self.user), "mpirun", "--hostfile", self.hostfile, "-np",
+                str(self.np), *self.args, *self.program)
+
+    def env(self) -> Optional[Dict[str, str]]:
+        return dict(self.extra_env) if self.extra_env else None
+
+
+@dataclass(frozen=True)
+class LaunchHalf(Probe):
+    """`bash SCRIPT -- PYTHON PROGRAM` (the launch script) with env, here (host "") or on
+    host over SSH: one half of a two-instance job."""
+    script: str
+    python: str
+    program: str
+    extra_env: Env
+    host: str = ""
+    port: int = 0
+    user: str = ""
+    timeout = JOB_TIMEOUT
+
+    def argv(self) -> Tuple[str, ...]:
+        if not self.host:
+            return (*as_user(self.user), "env", *[f"{k}={v}" for k, v in self.extra_env],
+                    "bash", self.script, "--", self.python, self.program)
+        envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.extra_env)
+        return ssh_argv(self.user, self.port, self.host,
+                        f"{envs} bash {shlex.quote(self.script)} -- {shlex.quote(self.python)} "
+                        f"{shlex.quote(self.program)}")
