@@ -1,9 +1,23 @@
-"""hosts: every source, which one was used, and every name validated."""
+"""hosts (the wizard's hosts field and the platform's variables): every source, which one was
+used, and every name validated. tests/test_runtime.py holds it and recipes/runtime.sh to one
+table of inputs; these are hosts.py's own limits (refused before expanding, as the user
+types) and files."""
 import pytest
 
-from hpcwizard.hosts import (expand_nodelist, expand_pattern, find_hosts, from_environment,
-                              parse_hostfile)
+from hpcwizard.hosts import (expand_nodelist, expand_pattern, from_environment,
+                              hosts_from_text, parse_hostfile)
+from hpcwizard.runtime import discover
 from hpcwizard.validate import BadInput
+
+
+def find_hosts(hosts=None, hostfile=None, env=None):
+    """--hosts through the hosts field, --hostfile through the library (only the launch and
+    verify take it), the environment through from_environment."""
+    if hosts is not None:
+        return hosts_from_text(hosts, "--hosts")
+    if hostfile is not None:
+        return discover(None, hostfile, env or {})
+    return from_environment(env or {})
 
 
 def test_hosts_list_and_pattern():
@@ -63,10 +77,9 @@ def test_bad_names_refused(bad):
 
 
 def test_nothing_given():
-    with pytest.raises(BadInput, match="no hosts"):
-        find_hosts(env={})
-    with pytest.raises(BadInput):
-        find_hosts("a", "f", env={})
+    assert from_environment({}) is None and discover(None, None, {}) is None
+    with pytest.raises(BadInput, match="names no hosts"):
+        find_hosts(" ", env={})
 
 
 @pytest.mark.parametrize("text, expand", [
@@ -75,6 +88,7 @@ def test_nothing_given():
     ("r[0-4095]-n[0-4095]", expand_nodelist),
     (",".join(f"n{i}-[0-99]" for i in range(50)), expand_nodelist),  # 5000 in 50 items
     (",".join(f"n{i}-{{0..99}}" for i in range(50)), lambda t: find_hosts(hosts=t)),
+    (",".join(f"n{i}-{{0..99}}" for i in range(50)), lambda t: discover(t, None, {})),
 ])
 def test_too_many_hosts_are_refused_before_they_are_built(text, expand):
     """The wizard checks the hosts field at every key: ranges that multiply past the cap are

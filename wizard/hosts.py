@@ -1,14 +1,19 @@
-"""Which instances make up the job? `find_hosts()` answers from, in this order:
+"""The job's hosts as the wizard needs them: the hosts field (`hosts_from_text`: a list or
+patterns, checked as the user types) and the platform's variables (`from_environment`, for
+the SSH client's Host patterns and the field's default). The launch script and `verify`
+find hosts with recipes/runtime.sh (wizard/runtime.py); this module gives the same answers
+for the inputs it takes, held to them by tests/fixtures/host-inputs.toml
+(tests/test_runtime.py runs every case through both).
 
-1. `--hosts a,b,c` (each item may be a pattern with a count: `job-worker-{0..3}`, or a
-   Slurm-style list: `node[01-03,07]`);
-2. `--hostfile FILE` (OpenMPI `host slots=N`, MPICH `host:N`, or one name a line);
-3. the environment the platform provides:
+Lists: items between commas or any blanks (space, tab, newline); each item may be a
+pattern with a count (`job-worker-{0..3}`) or a Slurm-style list (`node[01-03,07]`); a
+range counting down (`n{3..1}`) is refused. The environment, the first one set:
    `HOSTS` (the launch script's own variable), `HOSTFILE`,
    an OpenMPI/PRRTE hostfile path (`OMPI_MCA_orte_default_hostfile`,
    `OMPI_MCA_prte_default_hostfile`, `PRTE_MCA_prte_default_hostfile`),
    a Slurm node list (`SLURM_JOB_NODELIST`, `SLURM_NODELIST`),
-   Volcano's `VC_<TASK>_HOSTS` (master-like tasks first, then the others by name),
+   Volcano's `VC_<TASK>_HOSTS` (lists like HOSTS; the tasks MASTER, LAUNCHER and MPIMASTER
+   first, then the others, each group by task name in byte order: node ranks follow it),
    `MASTER_ADDR` with `WORLD_SIZE` (Kubeflow PyTorchJob naming: `<job>-master-0` then
    `<job>-worker-0..N-2`; or `<prefix>-0` then `<prefix>-1..N-1`).
 
@@ -24,7 +29,6 @@ system.
 from __future__ import annotations
 
 import itertools
-import os
 import re
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
@@ -129,13 +133,14 @@ def expand_pattern(text: str, already: int = 0) -> List[str]:
 
 
 def _split_top(text: str) -> List[str]:
-    """Split on commas that are not inside [...]."""
+    """Split on commas that are not inside [...]: a comma is inside when the last bracket
+    before it opens one (as recipes/runtime.sh splits: brackets do not nest)."""
     parts, depth, cur = [], 0, []
     for ch in text:
         if ch == "[":
-            depth += 1
+            depth = 1
         elif ch == "]":
-            depth = max(0, depth - 1)
+            depth = 0
         if ch == "," and depth == 0:
             parts.append("".join(cur))
             cur = []
@@ -243,14 +248,18 @@ def _named(source: str, exc: BadInput) -> BadInput:
     return BadInput(_("{source}: {error}").format(source=source, error=text), exc.field)
 
 
-def _from_list(text: str) -> List[str]:
+_BLANKS = re.compile(r"[ \t\n\r\f\v]")  # ASCII blanks, as the library's: \s takes U+3000 too
+
+
+def _from_list(text: str, already: int = 0) -> List[str]:
+    """A list's names; `already` names come before them (the cap counts them too)."""
     _too_long(text)
     out: List[str] = []
-    for item in _split_top(text.replace(" ", ",")):
+    for item in _split_top(_BLANKS.sub(",", text)):
         if "[" in item or "]" in item:
-            out += expand_nodelist(item, len(out))
+            out += expand_nodelist(item, already + len(out))
         else:
-            out += expand_pattern(item, len(out))
+            out += expand_pattern(item, already + len(out))
     return out
 
 
@@ -284,14 +293,18 @@ def _read_hostfile(path: str, what: str, source: str) -> Hosts:
 
 
 def _volcano(env: Mapping[str, str]) -> Optional[Hosts]:
-    tasks = sorted((m.group(1), k) for k in env if (m := _VC.match(k)) and env[k].strip())
+    tasks = [(m.group(1), k) for k in env if (m := _VC.match(k)) and env[k].strip()]
     if not tasks:
         return None
-    # master-like tasks first (mpirun runs on the first host), then the others by name
+    # master-like tasks first (mpirun runs on the first host), then the others; each group
+    # by task name, code point order (recipes/runtime.sh: LC_ALL=C sort)
     tasks.sort(key=lambda t: (0 if t[0] in ("MASTER", "LAUNCHER", "MPIMASTER") else 1, t[0]))
     names: List[str] = []
     for _task, key in tasks:
-        names += [n for n in re.split(r"[,\s]+", env[key].strip()) if n]
+        try:
+            names += _from_list(env[key], len(names))
+        except BadInput as exc:
+            raise _named(key, exc) from None
     return _checked(names, ", ".join(k for _, k in tasks))
 
 
@@ -367,21 +380,3 @@ def hosts_from_text(text: str, source: str) -> Hosts:
     except BadInput as exc:
         raise _named(source, exc) from None
     return _checked(names, source)
-
-
-def find_hosts(hosts: Optional[str] = None, hostfile: Optional[str] = None,
-               env: Optional[Mapping[str, str]] = None) -> Hosts:
-    """The job's hosts, from the first source that names any; BadInput when none does."""
-    if hosts and hostfile:
-        raise BadInput(_("give --hosts or --hostfile, not both"))
-    if hosts is not None:
-        return hosts_from_text(hosts, "--hosts")
-    if hostfile is not None:
-        return _read_hostfile(hostfile, "--hostfile", f"--hostfile {hostfile}")
-    found = from_environment(os.environ if env is None else env)
-    if found is None:
-        raise BadInput(_("no hosts given: use --hosts node1,node2 (or a pattern like "
-                         "'job-worker-{{0..3}}'), --hostfile FILE, or run where the platform "
-                         "sets HOSTS, an OpenMPI hostfile variable, SLURM_JOB_NODELIST, "
-                         "VC_*_HOSTS, or MASTER_ADDR with WORLD_SIZE").format())
-    return found

@@ -6,8 +6,9 @@ on every instance of the job, with the user's program as its arguments:
 
 It starts sshd if nothing listens on the port (MPI; as root: /run/sshd, `ssh-keygen -A` when
 there are no host keys, /usr/sbin/sshd; as another user: sshd -f ~/.sshd_config), finds the
-job's hosts from the same sources as `hpcwizard verify` (hpcwizard.hosts), waits for every
-peer (bounded retries with backoff on the name and the SSH port), writes the hostfile, and
+job's hosts and its own rank with recipes/runtime.sh (the library `hpcwizard verify` runs:
+the same hosts, in the same order), waits for every peer (bounded retries with backoff on
+the name and the SSH port), writes the hostfile, and
 then either runs `mpirun` on the first host (the others wait until it tells them the job has
 ended), or `torchrun` on every host with MASTER_ADDR, --nnodes and --node-rank. The plan's
 launch environment (NCCL_*, UCX_*) and mpirun arguments (port, --mca pml ucx, ...) are
@@ -24,7 +25,7 @@ from typing import List, Optional, Sequence
 
 from . import __version__
 from .i18n import _, comment
-from . import ops
+from . import ops, runtime
 from .plan import Plan
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -92,14 +93,13 @@ Settings (environment): WAIT_TRIES (peer waits, default 10), SLOTS (ranks per ho
 USAGE
 }
 
-HOSTS_ARG=""
-HOSTFILE_ARG=""
+HOST_ARGS=()  # --hosts and --hostfile as given, for hw_rt_discover
 while [ $# -gt 0 ]; do
   case "$1" in
-    --hosts) [ $# -ge 2 ] || die "--hosts needs a value"; HOSTS_ARG=$2; shift 2 ;;
-    --hosts=*) HOSTS_ARG=${1#*=}; shift ;;
-    --hostfile) [ $# -ge 2 ] || die "--hostfile needs a value"; HOSTFILE_ARG=$2; shift 2 ;;
-    --hostfile=*) HOSTFILE_ARG=${1#*=}; shift ;;
+    --hosts) [ $# -ge 2 ] || die "--hosts needs a value"; HOST_ARGS+=(--hosts "$2"); shift 2 ;;
+    --hosts=*) HOST_ARGS+=(--hosts "${1#*=}"); shift ;;
+    --hostfile) [ $# -ge 2 ] || die "--hostfile needs a value"; HOST_ARGS+=(--hostfile "$2"); shift 2 ;;
+    --hostfile=*) HOST_ARGS+=(--hostfile "${1#*=}"); shift ;;
     -h|--help) usage; exit 0 ;;
     --) shift; break ;;
     *) break ;;
@@ -119,215 +119,34 @@ done
 RUN_DIR="$HOME/.hpcwizard/launch"
 (umask 077 && mkdir -p "$RUN_DIR")  # made 0700: the hostfile and the job's markers are the user's
 
-# --- hosts ------------------------------------------------------------------------------
-
-# One item -> names, one a line: job-{0..3}, node[01-03,07], rack[1-2]-n[1-2], plain.
-expand_item() {
-  local item=$1 head tail inner r a b i num width
-  if [[ $item == *'['*']'* ]]; then
-    head=${item%%\[*}
-    inner=${item#*\[}
-    tail=${inner#*\]}
-    inner=${inner%%\]*}
-    local IFS=,
-    for r in $inner; do
-      if [[ $r =~ ^([0-9]+)-([0-9]+)$ ]]; then
-        a=${BASH_REMATCH[1]} b=${BASH_REMATCH[2]} width=${#a}
-        for ((i = 10#$a; i <= 10#$b; i++)); do
-          printf -v num '%0*d' "$width" "$i"
-          expand_item "$head$num$tail"
-        done
-      else
-        expand_item "$head$r$tail"
-      fi
-    done
-  elif [[ $item =~ ^(.*)\{([0-9]+)\.\.([0-9]+)\}(.*)$ ]]; then
-    head=${BASH_REMATCH[1]} a=${BASH_REMATCH[2]} b=${BASH_REMATCH[3]} tail=${BASH_REMATCH[4]}
-    width=0
-    if [[ $a == 0?* ]]; then width=${#a}; fi
-    for ((i = 10#$a; i <= 10#$b; i++)); do
-      printf -v num '%0*d' "$width" "$i"
-      expand_item "$head$num$tail"
-    done
-  else
-    printf '%s\n' "$item"
-  fi
-}
-
-# A list (commas or spaces; commas inside [...] belong to the item) -> names.
-expand_list() {
-  local text=$1 item="" depth=0 c k
-  for ((k = 0; k < ${#text}; k++)); do
-    c=${text:k:1}
-    case "$c" in
-      '[') depth=$((depth + 1)); item+=$c ;;
-      ']') depth=$((depth - 1)); item+=$c ;;
-      ','|' '|$'\n'|$'\t')
-        if [ "$depth" -gt 0 ]; then item+=$c
-        elif [ -n "$item" ]; then expand_item "$item"; item=""; fi ;;
-      *) item+=$c ;;
-    esac
-  done
-  if [ -n "$item" ]; then expand_item "$item"; fi
-}
-
-hostfile_names() {
-  [ -r "$1" ] || die "cannot read hostfile $1"
-  awk '{ sub(/#.*/, ""); if (NF) { split($1, a, ":"); print a[1] } }' "$1"
-}
-
-nodelist_names() {
-  if command -v scontrol >/dev/null 2>&1; then scontrol show hostnames "$1"; else expand_list "$1"; fi
-}
-
-volcano_names() {
-  local v
-  for v in $(env | sed -n 's/^\(VC_[A-Z0-9_]*_HOSTS\)=.*/\1/p' | sort \
-             | awk '/^VC_(MASTER|LAUNCHER|MPIMASTER)_HOSTS$/ {print; next} {rest[NR]=$0} END {for (i in rest) print rest[i]}'); do
-    expand_list "${!v}"
-  done
-}
-
-master_world_names() {
-  local m=$MASTER_ADDR n=$WORLD_SIZE i
-  [[ $n =~ ^[1-9][0-9]*$ ]] || die "WORLD_SIZE '$n' is not a positive number"
-  if [[ $m =~ ^(.*)-master-0(\..*)?$ ]]; then
-    printf '%s\n' "$m"
-    for ((i = 0; i < n - 1; i++)); do printf '%s-worker-%d%s\n' "${BASH_REMATCH[1]}" "$i" "${BASH_REMATCH[2]}"; done
-  elif [[ $m =~ ^(.*-)0(\..*)?$ ]]; then
-    for ((i = 0; i < n; i++)); do printf '%s%d%s\n' "${BASH_REMATCH[1]}" "$i" "${BASH_REMATCH[2]}"; done
-  elif [ "$n" -eq 1 ]; then
-    printf '%s\n' "$m"
-  else
-    die "cannot tell the other host names from MASTER_ADDR=$m: give --hosts or HOSTS"
-  fi
-}
-
-find_hosts() {
-  local v
-  if [ -n "$HOSTS_ARG" ]; then SOURCE="--hosts"; expand_list "$HOSTS_ARG"; return; fi
-  if [ -n "$HOSTFILE_ARG" ]; then SOURCE="--hostfile $HOSTFILE_ARG"; hostfile_names "$HOSTFILE_ARG"; return; fi
-  if [ -n "${HOSTS:-}" ]; then SOURCE="HOSTS"; expand_list "$HOSTS"; return; fi
-  if [ -n "${HOSTFILE:-}" ]; then SOURCE="HOSTFILE=$HOSTFILE"; hostfile_names "$HOSTFILE"; return; fi
-  # Open MPI 4's orte_default_hostfile (orte/runtime/orte_mca_params.c), Open MPI 5's
-  # prte_default_hostfile (PRRTE 3.0 src/runtime/prte_mca_params.c), as each reads it
-  for v in OMPI_MCA_orte_default_hostfile OMPI_MCA_prte_default_hostfile PRTE_MCA_prte_default_hostfile; do
-    if [ -n "${!v:-}" ]; then SOURCE="$v=${!v}"; hostfile_names "${!v}"; return; fi
-  done
-  for v in SLURM_JOB_NODELIST SLURM_NODELIST; do
-    if [ -n "${!v:-}" ]; then SOURCE=$v; nodelist_names "${!v}"; return; fi
-  done
-  if env | grep -q '^VC_[A-Z0-9_]*_HOSTS=.'; then SOURCE="VC_*_HOSTS"; volcano_names; return; fi
-  if [ -n "${MASTER_ADDR:-}" ] && [ -n "${WORLD_SIZE:-}" ]; then
-    SOURCE="MASTER_ADDR and WORLD_SIZE"; master_world_names; return
-  fi
-  die "no hosts: give --hosts a,b,c or --hostfile FILE (see --help)"
-}
-
-SOURCE=""
-HOSTS_TMP=$(mktemp "$RUN_DIR/hosts.XXXXXX")
-trap 'rm -f "$HOSTS_TMP"' EXIT
-find_hosts > "$HOSTS_TMP"
-# find_hosts ran in this shell (output redirected), so SOURCE is set here.
-mapfile -t NAMES < "$HOSTS_TMP"
-rm -f "$HOSTS_TMP"
-trap - EXIT
-[ "${#NAMES[@]}" -gt 0 ] || die "$SOURCE names no hosts"
-NAME_RE='^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$'
-declare -A SEEN=()
-for h in "${NAMES[@]}"; do
-  [[ $h =~ $NAME_RE ]] || die "host name '$h' from $SOURCE is not valid"
-  [ -z "${SEEN[$h]:-}" ] || die "$SOURCE names $h twice"
-  SEEN[$h]=1
-done
-N=${#NAMES[@]}
-FIRST=${NAMES[0]}
-
-# Which of the names is this instance: NODE_RANK, else the host name, else an address.
-RANK=""
-if [ -n "${NODE_RANK:-}" ]; then
-  [[ $NODE_RANK =~ ^[0-9]+$ ]] && [ "$NODE_RANK" -lt "$N" ] || die "NODE_RANK=$NODE_RANK is not 0..$((N - 1))"
-  RANK=$NODE_RANK
-else
-  mine=" $(hostname) $(hostname -s 2>/dev/null || true) $(hostname -f 2>/dev/null || true) "
-  for i in "${!NAMES[@]}"; do
-    if [[ $mine == *" ${NAMES[$i]} "* || $mine == *" ${NAMES[$i]%%.*} "* ]]; then RANK=$i; break; fi
-  done
-  if [ -z "$RANK" ]; then
-    addrs=" $(hostname -I 2>/dev/null || ip -o addr show 2>/dev/null | awk '{split($4, a, "/"); printf "%s ", a[1]}') "
-    for i in "${!NAMES[@]}"; do
-      a=$(getent hosts "${NAMES[$i]}" | awk '{print $1; exit}' || true)
-      if [ -n "$a" ] && [[ $addrs == *" $a "* ]]; then RANK=$i; break; fi
-    done
-  fi
-  [ -n "$RANK" ] || die "this instance ($(hostname)) is none of the hosts from $SOURCE; set NODE_RANK"
-fi
-ME=${NAMES[$RANK]}
-log "hosts from $SOURCE: ${NAMES[*]} (this is $ME, rank $RANK of $N)"
-
-# --- sshd and peers ----------------------------------------------------------------------
-
-port_open() { timeout 2 bash -c ": </dev/tcp/$1/$2" 2>/dev/null; }
+# --- hosts, this instance's rank, sshd, peers: recipes/runtime.sh (hpcwizard verify runs
+# the same library, so it checks these hosts in this order) ------------------------------
 
 __OPS_FUNCTIONS__
 
-start_sshd() {
-  local i pid pidfile=/run/sshd.pid config='' systemd=0 unit=ssh
-  if [ "$(id -u)" -ne 0 ]; then pidfile=$HOME/.ssh/sshd.pid config=$HOME/.sshd_config; fi
-  if port_open 127.0.0.1 "$PORT"; then
-    # Used as it is, never signalled: the pid file only says whether it is that sshd.
-    if pid=$(_hw_sshd_pid 2>&1); then
-      log "sshd (pid $pid) already listens on port $PORT"
-    else
-      pid=${pid#hpcwizard: }
-      log "port $PORT already answers; ${pid:-$pidfile names no running sshd}"
-    fi
-    return 0
-  fi
-  if [ "$(id -u)" -eq 0 ]; then
-    install -d -m 0755 /run/sshd
-    if ! compgen -G '/etc/ssh/ssh_host_*_key' >/dev/null; then ssh-keygen -A; fi
-    /usr/sbin/sshd -p "$PORT"
-  else
-    [ -r "$HOME/.sshd_config" ] || die "no $HOME/.sshd_config: run 'hpcwizard apply' as $(id -un) first"
-    /usr/sbin/sshd -f "$HOME/.sshd_config"
-  fi
-  for i in $(seq 50); do
-    if port_open 127.0.0.1 "$PORT"; then log "started sshd on port $PORT"; return 0; fi
-    sleep 0.1
-  done
-  die "sshd did not start listening on port $PORT"
-}
+__RUNTIME__
 
-# Bounded retries with backoff (1, 2, 4, 8, 16, 16... seconds) on the name, then the port.
-wait_for() {
-  local h=$1 need_port=$2 try=1 delay=1
-  while :; do
-    if getent hosts "$h" >/dev/null; then
-      if [ "$need_port" = no ] || port_open "$h" "$PORT"; then return 0; fi
-      what="port $PORT"
-    else
-      what="name"
-    fi
-    [ "$try" -lt "$WAIT_TRIES" ] || { log "$h: $what not ready after $try tries"; return 1; }
-    log "waiting for $h ($what), try $try of $WAIT_TRIES, next in ${delay}s"
-    sleep "$delay"
-    try=$((try + 1))
-    delay=$((delay * 2))
-    if [ "$delay" -gt 16 ]; then delay=16; fi
-  done
-}
+hw_rt_discover ${HOST_ARGS[@]+"${HOST_ARGS[@]}"} || die "$HW_RT_ERROR"
+[ "${#HW_RT_NAMES[@]}" -gt 0 ] || die "no hosts: give --hosts a,b,c or --hostfile FILE (see --help)"
+NAMES=("${HW_RT_NAMES[@]}")
+SOURCE=$HW_RT_SOURCE
+N=${#NAMES[@]}
+FIRST=${NAMES[0]}
+# Which of the names is this instance: NODE_RANK, else the host name, else an address.
+hw_rt_rank "${NAMES[@]}" || die "$HW_RT_ERROR"
+RANK=$HW_RT_RANK
+ME=${NAMES[$RANK]}
+log "hosts from $SOURCE: ${NAMES[*]} (this is $ME, rank $RANK of $N)"
 '''
 
 _MPI = r'''
-start_sshd
+hw_rt_sshd "$PORT" || die "$HW_RT_ERROR"
 for h in "${NAMES[@]}"; do
-  if [ "$h" != "$ME" ]; then wait_for "$h" yes || die "$h is not reachable on port $PORT"; fi
+  if [ "$h" != "$ME" ]; then hw_rt_wait "$h" "$WAIT_TRIES" "$PORT" || die "$h is not reachable on port $PORT"; fi
 done
 
 HOSTFILE_OUT="$RUN_DIR/hostfile.$ME"
-: > "$HOSTFILE_OUT"
-for h in "${NAMES[@]}"; do printf '%s slots=%s\n' "$h" "$SLOTS" >> "$HOSTFILE_OUT"; done
+hw_rt_write_hostfile "$HOSTFILE_OUT" "$SLOTS" "${NAMES[@]}"
 
 if [ "$RANK" -ne 0 ]; then
   # A worker: mpirun on the first host starts the ranks here over SSH, then tells us the end.
@@ -407,7 +226,7 @@ exit "$rc"
 
 _TORCH = r'''
 for h in "${NAMES[@]}"; do
-  if [ "$h" != "$ME" ]; then wait_for "$h" no || die "the name $h does not resolve"; fi
+  if [ "$h" != "$ME" ]; then hw_rt_wait "$h" "$WAIT_TRIES" || die "the name $h does not resolve"; fi
 done
 MASTER=${MASTER_ADDR:-$FIRST}
 MPORT=${MASTER_PORT:-29500}
@@ -433,6 +252,15 @@ case "$1" in
   *) exec "${TORCHRUN[@]}" "${ARGS[@]}" --no-python "$@" ;;
 esac
 '''
+
+
+def _runtime_text() -> str:
+    """recipes/runtime.sh as the script embeds it: whole, but for its shellcheck directive
+    (the script's own first line says bash)."""
+    lines = runtime.library().splitlines()
+    if lines and lines[0].startswith("# shellcheck shell="):
+        lines = lines[1:]
+    return "\n".join(lines).strip("\n")
 
 
 def launch_script(plan: Plan) -> str:
@@ -481,7 +309,7 @@ def launch_script(plan: Plan) -> str:
         out.append("MPIRUN_ARGS_5=(" + " ".join(
             shlex.quote(a) for a in mpirun_args_for(plan.mpirun_args, 5)) + ")")
     out.append(_BODY.strip("\n").replace("__OPS_FUNCTIONS__", ops.functions(
-        "_hw_say", "_hw_is_sshd", "_hw_sshd_pid")))
+        "_hw_say", "_hw_is_sshd", "_hw_sshd_pid")).replace("__RUNTIME__", _runtime_text()))
     out.append((_MPI if c.framework == "mpi" else _TORCH).rstrip("\n")
                .replace("__IFACE_ARGS_5__", " ".join(IFACE_ARGS_5))
                .replace("__IFACE_ARGS_4__", " ".join(IFACE_ARGS_4)))
@@ -490,4 +318,5 @@ def launch_script(plan: Plan) -> str:
     if c.framework != "mpi":  # torchrun needs neither the mpirun settings nor sshd
         text = text.replace("LAUNCH_ENV=(", "# shellcheck disable=SC2034\nLAUNCH_ENV=(", 1)
         text = text.replace("MPIRUN_ARGS=(", "# shellcheck disable=SC2034\nMPIRUN_ARGS=(", 1)
+        text = text.replace("\nPORT=", "\n# shellcheck disable=SC2034\nPORT=", 1)
     return text

@@ -1,0 +1,613 @@
+# shellcheck shell=bash
+# hpcwizard's instance runtime, written once: which hosts make up the job, which of them this
+# instance is, sshd, waiting for the peers, the hostfile. The launch script embeds this file
+# (wizard/launch.py) and `hpcwizard verify` runs it (wizard/runtime.py), so that verify checks
+# the hosts the launch uses, in the order it uses them. tests/fixtures/host-inputs.toml is the
+# table both (and wizard/hosts.py, the wizard's hosts field) are held to.
+#
+#   hw_rt_discover [--hosts TEXT] [--hostfile PATH]  -> HW_RT_NAMES, HW_RT_SLOTS, HW_RT_SOURCE
+#   hw_rt_rank NAME...                               -> HW_RT_RANK ("which host is this")
+#   hw_rt_sshd PORT                                  an sshd listening on PORT
+#   hw_rt_wait HOST TRIES [PORT]                     the name resolves (and PORT answers)
+#   hw_rt_write_hostfile FILE SLOTS NAME...          'NAME slots=SLOTS' lines
+#
+# A function that fails returns non-zero with one line in HW_RT_ERROR and prints nothing: the
+# caller says it (the launch script's die, verify's BadInput). Safe under set -euo pipefail
+# and set -u; a value from the user is never evaluated: numbers are matched as ASCII digits
+# before any arithmetic (bash arithmetic runs the $(...) in 'a[$(id)]'), names are checked
+# against RFC 1123 before they are used, and character classes are spelled out (a locale's
+# [0-9] or [a-z] may take more than ASCII).
+#
+# The sources, the first one that names any hosts (a variable that is unset, empty or blank
+# is no source; one that is set but cannot be read is an error naming it, never "no hosts"):
+#   --hosts TEXT, --hostfile PATH (not both), HOSTS, HOSTFILE,
+#   OMPI_MCA_orte_default_hostfile (Open MPI 4), OMPI_MCA_prte_default_hostfile and
+#   PRTE_MCA_prte_default_hostfile (Open MPI 5 / PRRTE), SLURM_JOB_NODELIST, SLURM_NODELIST
+#   (scontrol show hostnames when scontrol is installed), VC_<TASK>_HOSTS (Volcano),
+#   MASTER_ADDR with WORLD_SIZE (Kubeflow PyTorchJob: <job>-master-0 then <job>-worker-0..N-2;
+#   or <prefix>-0 .. <prefix>-N-1).
+# Lists (--hosts, HOSTS, each VC_<TASK>_HOSTS): items between commas or any blanks (space,
+# tab, newline); an item with [...] is a Slurm list item (node[01-03,07], rack[1-2]-n[1-2]),
+# one with {A..B} a range (job-{0..3}, n{08..11} keeps the zero padding). Ranges multiply,
+# the first varying slowest. Decided where the earlier two implementations disagreed:
+#   - a range that counts down (n{3..1}, n[3-1]) is refused, naming it: it is a typo far more
+#     often than a wish for the names in reverse, and Slurm refuses it too;
+#   - VC_<TASK>_HOSTS takes patterns like any other list;
+#   - a tab or a newline separates items like a space (a list pasted from a file);
+#   - more than 4096 hosts are refused, counted from the ranges before a name is built;
+#   - Volcano's tasks come in a defined order: the tasks MASTER, LAUNCHER and MPIMASTER first
+#     (mpirun runs on the first host), then the others; each group by task name in byte order
+#     (LAUNCHER, MASTER, MPIMASTER; A before AB before B). Node ranks follow this order.
+
+HW_RT_MAX_HOSTS=4096
+HW_RT_MAX_RANGES=16       # range groups in one item: 4096 hosts need 12 of size 2
+HW_RT_MAX_TEXT=1048576    # characters of a host list (4096 long names fit)
+HW_RT_MAX_SLOTS=65536     # slots= / cpu= / host:N in a hostfile
+HW_RT_HOSTFILE_LIMIT=1048576
+HW_RT_NAMES=()
+HW_RT_SLOTS=()
+HW_RT_SOURCE=''
+HW_RT_ERROR=''
+HW_RT_RANK=''
+_hw_rt_out=()
+
+_HW_RT_DIGIT='[0123456789]'
+_HW_RT_ALNUM='ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789'
+_HW_RT_LONG_LABEL=$(printf '[!.]%.0s' {1..64})  # a glob: 64 characters between dots
+_HW_RT_BLANKS=$' \t\n\r\f\v'
+
+_hw_rt_fail() { HW_RT_ERROR=$*; return 1; }
+
+_hw_rt_log() {
+  if declare -F log >/dev/null; then log "$*"; else printf 'hpcwizard: %s\n' "$*" >&2; fi
+}
+
+# TEXT as a refusal quotes it, on one line: at most 60 characters, control characters
+# escaped, in single quotes (a pattern bomb is not printed whole).
+_hw_rt_q() {
+  local t=$1
+  if [ "${#t}" -gt 60 ]; then t="${t:0:60}…"; fi
+  t=${t//\\/\\\\}
+  t=${t//$'\n'/\\n}
+  t=${t//$'\t'/\\t}
+  t=${t//$'\r'/\\r}
+  t=${t//[[:cntrl:]]/?}
+  printf "'%s'" "$t"
+}
+
+_hw_rt_strip() {  # _hw_rt_strip VAR TEXT: TEXT without surrounding blanks, into VAR
+  local t=$2 lead="^[$_HW_RT_BLANKS]+" trail="[$_HW_RT_BLANKS]+\$"
+  # regular expressions, not ${t##*[!...]}: bash's patterns take quadratic time on 1 MiB
+  if [[ $t =~ $lead ]]; then t=${t:${#BASH_REMATCH[0]}}; fi
+  if [[ $t =~ $trail ]]; then t=${t:0:${#t}-${#BASH_REMATCH[0]}}; fi
+  printf -v "$1" '%s' "$t"
+}
+
+_hw_rt_blank() { [[ ${1:-} != *[!$_HW_RT_BLANKS]* ]]; }
+
+# _hw_rt_too_many COUNT VAR: refused when COUNT names, and those before, pass the cap; VAR
+# names the variable holding the item (passed by name: copying a long item for every range
+# of it is quadratic).
+_hw_rt_too_many() {
+  if (($1 + ${#_hw_rt_out[@]} > HW_RT_MAX_HOSTS)); then
+    _hw_rt_fail "host pattern $(_hw_rt_q "${!2}") gives more than $HW_RT_MAX_HOSTS hosts"
+    return 1
+  fi
+}
+
+# _hw_rt_split VAR TEXT: TEXT's pieces between commas, into the array VAR (empty ones kept:
+# 'n[1,,2]' is refused for its empty range).
+_hw_rt_split() {
+  local -n _hw_rt_parts=$1
+  _hw_rt_parts=()
+  IFS=, read -r -d '' -a _hw_rt_parts <<< "$2," || true
+  unset '_hw_rt_parts[-1]'  # the here-string's newline, after the comma added
+}
+
+# _hw_rt_braces ITEM: job-{0..3}, n{08..11}, n{1..2}-{1..2} -> _hw_rt_out. Refused before a
+# name is built: more than 16 ranges, a range counting down, more than 4096 names.
+_hw_rt_braces() {
+  local item=$1 rest=$1 m count=1 lo hi i j width v p lit
+  local lits=() los=() his=() out=() next=()
+  local re="[{]($_HW_RT_DIGIT+)[.][.]($_HW_RT_DIGIT+)[}]"
+  while [[ $rest == *'{'* && $rest =~ $re ]]; do
+    m=${BASH_REMATCH[0]}
+    los+=("${BASH_REMATCH[1]}")
+    his+=("${BASH_REMATCH[2]}")
+    if [ "${#los[@]}" -gt "$HW_RT_MAX_RANGES" ]; then
+      _hw_rt_fail "host pattern $(_hw_rt_q "$item") has more than $HW_RT_MAX_RANGES ranges"
+      return 1
+    fi
+    lit=${rest%%"$m"*}  # the match is the leftmost: the first place its text is found
+    lits+=("$lit")
+    rest=${rest:${#lit}+${#m}}  # not ${rest#*"$m"}: quadratic in bash
+  done
+  lits+=("$rest")
+  for ((j = 0; j < ${#los[@]}; j++)); do
+    lo=${los[j]} hi=${his[j]}
+    if [ "${#lo}" -gt 18 ] || [ "${#hi}" -gt 18 ]; then _hw_rt_too_many "$((HW_RT_MAX_HOSTS + 1))" item; return 1; fi
+    if ((10#$hi < 10#$lo)); then
+      _hw_rt_fail "host pattern $(_hw_rt_q "$item"): the range {$lo..$hi} counts down"
+      return 1
+    fi
+    if ((10#$hi - 10#$lo + 1 > HW_RT_MAX_HOSTS)); then _hw_rt_too_many "$((HW_RT_MAX_HOSTS + 1))" item; return 1; fi
+    count=$((count * (10#$hi - 10#$lo + 1)))
+    _hw_rt_too_many "$count" item || return 1
+  done
+  out=("${lits[0]}")
+  for ((j = 0; j < ${#los[@]}; j++)); do
+    width=0
+    if [[ ${los[j]} == 0?* ]]; then width=${#los[j]}; fi
+    next=()
+    for p in "${out[@]}"; do
+      for ((i = 10#${los[j]}; i <= 10#${his[j]}; i++)); do
+        printf -v v '%0*d' "$width" "$i"
+        next+=("$p$v${lits[j + 1]}")
+      done
+    done
+    out=("${next[@]}")
+  done
+  _hw_rt_out+=("${out[@]}")
+}
+
+# _hw_rt_brackets ITEM: Slurm's node[01-03,07], rack[1-2]-n[1-2] (each number as wide as the
+# range's first) -> _hw_rt_out; an item without brackets is one name.
+_hw_rt_brackets() {
+  local item=$1 rest=$1 m count=1 size i j k r a b lit v p
+  local lits=() inners=() ranges=() firsts=() lasts=() widths=() ends=() out=() next=()
+  local re='\[([^][]*)\]' range_re="^($_HW_RT_DIGIT+)(-($_HW_RT_DIGIT+))?\$"
+  while [[ $rest == *'['* && $rest =~ $re ]]; do
+    m=${BASH_REMATCH[0]}
+    inners+=("${BASH_REMATCH[1]}")
+    lit=${rest%%"$m"*}  # the match is the leftmost: the first place its text is found
+    lits+=("$lit")
+    rest=${rest:${#lit}+${#m}}  # not ${rest#*"$m"}: quadratic in bash
+    if [ "${#inners[@]}" -gt "$HW_RT_MAX_RANGES" ]; then
+      _hw_rt_fail "host pattern $(_hw_rt_q "$item") has more than $HW_RT_MAX_RANGES ranges"
+      return 1
+    fi
+  done
+  lits+=("$rest")
+  for lit in "${lits[@]}"; do
+    if [[ $lit == *[][]* ]]; then
+      _hw_rt_fail "node list item $(_hw_rt_q "$item") has an unmatched bracket"
+      return 1
+    fi
+  done
+  for ((j = 0; j < ${#inners[@]}; j++)); do
+    size=0
+    _hw_rt_split ranges "${inners[j]}"
+    for r in "${ranges[@]}"; do
+      _hw_rt_strip r "$r"
+      if ! [[ $r =~ $range_re ]]; then
+        _hw_rt_fail "node list range $(_hw_rt_q "$r") in $(_hw_rt_q "$item") is not N or N-M"
+        return 1
+      fi
+      a=${BASH_REMATCH[1]} b=${BASH_REMATCH[3]:-${BASH_REMATCH[1]}}
+      if [ "${#a}" -gt 18 ] || [ "${#b}" -gt 18 ] || ((10#$b - 10#$a + 1 > HW_RT_MAX_HOSTS)); then
+        _hw_rt_fail "node list range $(_hw_rt_q "$r") gives more than $HW_RT_MAX_HOSTS hosts"
+        return 1
+      fi
+      if ((10#$b < 10#$a)); then
+        _hw_rt_fail "node list range $(_hw_rt_q "$r") counts down"
+        return 1
+      fi
+      firsts+=("$((10#$a))") lasts+=("$((10#$b))") widths+=("${#a}")
+      size=$((size + 10#$b - 10#$a + 1))
+      _hw_rt_too_many "$((count * size))" item || return 1
+    done
+    ends+=("${#firsts[@]}")  # group j's ranges end here in firsts/lasts/widths
+    count=$((count * size))
+    _hw_rt_too_many "$count" item || return 1
+  done
+  out=("${lits[0]}")
+  k=0
+  for ((j = 0; j < ${#inners[@]}; j++)); do
+    next=()
+    for p in "${out[@]}"; do
+      for ((r = k; r < ends[j]; r++)); do
+        for ((i = firsts[r]; i <= lasts[r]; i++)); do
+          printf -v v '%0*d' "${widths[r]}" "$i"
+          next+=("$p$v${lits[j + 1]}")
+        done
+      done
+    done
+    k=${ends[j]}
+    out=("${next[@]}")
+  done
+  _hw_rt_out+=("${out[@]}")
+}
+
+# _hw_rt_items MODE TEXT: TEXT's items (split on commas outside [...]; MODE list: blanks
+# separate too, and an item without brackets may hold {A..B} ranges; MODE nodelist: Slurm's
+# syntax only) -> _hw_rt_out, after those already there.
+_hw_rt_items() {
+  local mode=$1 text=$2 p open=0 opens='\[[^]]*$'
+  local pieces=() held=()
+  if [ "${#text}" -gt "$HW_RT_MAX_TEXT" ]; then
+    _hw_rt_fail "host list of ${#text} characters is longer than the $HW_RT_MAX_TEXT allowed"
+    return 1
+  fi
+  if [ "$mode" = list ]; then text=${text//[$_HW_RT_BLANKS]/,}; fi
+  if [ "${#text}" -gt 65536 ] && [[ $text != *[][]* ]]; then
+    # no [...] to keep an empty range in: a run of commas is one (tr: bash's own
+    # substitution is quadratic on a megabyte of them)
+    text=$(printf '%s' "$text" | tr -s ,)
+  fi
+  _hw_rt_split pieces "$text"
+  for p in ${pieces[@]+"${pieces[@]}"}; do
+    held+=("$p")
+    # a comma is inside [...] when the last bracket before it opens one
+    if [[ $p == *[][]* ]]; then if [[ $p =~ $opens ]]; then open=1; else open=0; fi; fi
+    if [ "$open" = 0 ]; then _hw_rt_item "$mode" "${held[@]}" || return 1; held=(); fi
+  done
+  if [ "${#held[@]}" -gt 0 ]; then _hw_rt_item "$mode" "${held[@]}" || return 1; fi
+}
+
+# _hw_rt_item MODE PIECE...: the pieces, joined by commas, as one item -> _hw_rt_out.
+_hw_rt_item() {
+  local mode=$1 IFS=, item
+  shift
+  item=$*
+  if [[ $item == *[$_HW_RT_BLANKS]* ]]; then _hw_rt_strip item "$item"; fi
+  IFS=$' \t\n'
+  if [ -z "$item" ]; then return 0; fi
+  if [ "$mode" = nodelist ] || [[ $item == *[][]* ]]; then
+    _hw_rt_brackets "$item"
+  else
+    _hw_rt_braces "$item"
+  fi
+}
+
+# A refusal of SOURCE's value names SOURCE.
+_hw_rt_named() {
+  [[ $HW_RT_ERROR == "$1"* ]] || HW_RT_ERROR="$1: $HW_RT_ERROR"
+  return 1
+}
+
+# RFC 1123 host names: labels of 1 to 63 letters, digits and inner hyphens, dots between,
+# at most 253 characters. Globs, not a regular expression: bash compiles one at every use,
+# and one with {0,61} takes half a millisecond.
+_hw_rt_valid() {
+  [ -n "$1" ] && [ "${#1}" -le 253 ] && [[ $1 != *[!$_HW_RT_ALNUM.-]* ]] &&
+    [[ $1 != [.-]* && $1 != *[.-] && $1 != *..* && $1 != *.-* && $1 != *-.* ]] &&
+    [[ $1 != *$_HW_RT_LONG_LABEL* ]]
+}
+
+# _hw_rt_checked SOURCE: _hw_rt_out as the job's hosts, each a valid name, none twice.
+_hw_rt_checked() {
+  local source=$1 n
+  local -A seen=()
+  if [ "${#_hw_rt_out[@]}" -eq 0 ]; then _hw_rt_fail "$source names no hosts"; return 1; fi
+  if [ "${#_hw_rt_out[@]}" -gt "$HW_RT_MAX_HOSTS" ]; then
+    _hw_rt_fail "$source names more than $HW_RT_MAX_HOSTS hosts"
+    return 1
+  fi
+  for n in "${_hw_rt_out[@]}"; do
+    if ! _hw_rt_valid "$n"; then
+      _hw_rt_fail "$source: host name $(_hw_rt_q "$n") is not valid: use letters, digits, '-' and '.', no spaces or other characters"
+      return 1
+    fi
+  done
+  for n in "${_hw_rt_out[@]}"; do
+    if [ -n "${seen[$n]:-}" ]; then _hw_rt_fail "$source names $n twice"; return 1; fi
+    seen[$n]=1
+  done
+  HW_RT_NAMES=("${_hw_rt_out[@]}")
+  HW_RT_SOURCE=$source
+}
+
+# _hw_rt_hostfile PATH WHAT SOURCE: an OpenMPI ('node1 slots=4 max_slots=8'), MPICH
+# ('node1:4') or plain hostfile, '#' comments and blank lines skipped, read only when it is
+# a regular file of at most 1 MiB (a FIFO would hang the read). WHAT names the file in
+# refusals to read it, SOURCE the hosts and the refusals of its lines. A count that is not
+# a number from 1 to 65536 is refused, naming its line: taken as 1, the job would not be
+# the one the file names.
+_hw_rt_hostfile() {
+  local path=$1 what=$2 source=$3 kind size line number=0 name f value where n
+  local fields=() counts=() slots=()
+  if [ ! -e "$path" ]; then _hw_rt_fail "$what $path does not exist"; return 1; fi
+  if [ ! -f "$path" ]; then
+    kind='not a regular file'
+    if [ -d "$path" ]; then kind='a directory'
+    elif [ -p "$path" ]; then kind='a FIFO'
+    elif [ -c "$path" ]; then kind='a character device'
+    elif [ -b "$path" ]; then kind='a block device'
+    elif [ -S "$path" ]; then kind='a socket'; fi
+    _hw_rt_fail "$what $path is not a regular file ($kind)"
+    return 1
+  fi
+  if [ ! -r "$path" ]; then _hw_rt_fail "$what $path cannot be read: Permission denied"; return 1; fi
+  size=$(stat -L -c %s -- "$path" 2>/dev/null) || size=0
+  if [ "$size" -gt "$HW_RT_HOSTFILE_LIMIT" ]; then _hw_rt_fail "$what $path is larger than 1 MiB"; return 1; fi
+  _hw_rt_out=()
+  while IFS= read -r line || [ -n "$line" ]; do
+    number=$((number + 1))
+    _hw_rt_strip line "${line%%#*}"
+    [ -n "$line" ] || continue
+    read -r -a fields <<< "$line"
+    name=${fields[0]} n=1 counts=()
+    if [[ $name == *:* && $name != '['* ]]; then
+      counts+=("${fields[0]}" "${name#*:}")
+      name=${name%%:*}
+    fi
+    for f in "${fields[@]:1}"; do
+      case $f in
+        slots=*|cpu=*) counts+=("$f" "${f#*=}") ;;
+        slots|cpu) counts+=("$f" '') ;;
+      esac
+    done
+    set -- "${counts[@]}"
+    while [ $# -gt 0 ]; do
+      where=$1 value=$2
+      shift 2
+      if ! [[ $value =~ ^$_HW_RT_DIGIT{1,18}$ ]] || ((10#$value < 1 || 10#$value > HW_RT_MAX_SLOTS)); then
+        _hw_rt_fail "$source: line $number: the count in $(_hw_rt_q "$where") is not a number from 1 to $HW_RT_MAX_SLOTS"
+        return 1
+      fi
+      n=$((10#$value))
+    done
+    _hw_rt_out+=("$name")
+    slots+=("$n")
+    if [ "${#_hw_rt_out[@]}" -gt "$HW_RT_MAX_HOSTS" ]; then
+      _hw_rt_fail "$source: line $number: more than $HW_RT_MAX_HOSTS hosts"
+      return 1
+    fi
+  done < "$path"
+  _hw_rt_checked "$source" || return 1
+  HW_RT_SLOTS=(${slots[@]+"${slots[@]}"})
+}
+
+# _hw_rt_nodelist VAR: Slurm's compressed list in $VAR, as scontrol expands it when Slurm is
+# installed (its syntax may grow), else as Slurm documents it.
+_hw_rt_nodelist() {
+  local var=$1 text
+  _hw_rt_strip text "${!var}"
+  _hw_rt_out=()
+  if command -v scontrol >/dev/null 2>&1; then
+    mapfile -t _hw_rt_out < <(scontrol show hostnames "$text" 2>/dev/null | head -n "$((HW_RT_MAX_HOSTS + 1))")
+  fi
+  if [ "${#_hw_rt_out[@]}" -eq 0 ]; then _hw_rt_items nodelist "$text" || _hw_rt_named "$var" || return 1; fi
+  _hw_rt_checked "$var"
+}
+
+# Volcano's VC_<TASK>_HOSTS, in the order the header states.
+_hw_rt_volcano() {
+  local v task first=() rest=() vars=() source=''
+  local re='^VC_([ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_]+)_HOSTS$'
+  for v in "${!VC_@}"; do
+    if [[ $v =~ $re ]] && ! _hw_rt_blank "${!v}"; then
+      task=${BASH_REMATCH[1]}
+      case $task in
+        MASTER|LAUNCHER|MPIMASTER) first+=("$task") ;;
+        *) rest+=("$task") ;;
+      esac
+    fi
+  done
+  [ "$(( ${#first[@]} + ${#rest[@]} ))" -gt 0 ] || return 0
+  mapfile -t vars < <(
+    if [ "${#first[@]}" -gt 0 ]; then printf '%s\n' "${first[@]}" | LC_ALL=C sort; fi
+    if [ "${#rest[@]}" -gt 0 ]; then printf '%s\n' "${rest[@]}" | LC_ALL=C sort; fi)
+  _hw_rt_out=()
+  for task in "${vars[@]}"; do
+    v=VC_${task}_HOSTS
+    source+="${source:+, }$v"
+    _hw_rt_items list "${!v}" || _hw_rt_named "$v" || return 1
+  done
+  _hw_rt_checked "$source"
+}
+
+# MASTER_ADDR with WORLD_SIZE: the job's hosts when the master's name says the others'.
+_hw_rt_master_world() {
+  local master size n=1 i source='MASTER_ADDR and WORLD_SIZE' given missing head domain
+  _hw_rt_strip master "${MASTER_ADDR:-}"
+  _hw_rt_strip size "${WORLD_SIZE:-}"
+  if [ -z "$master" ] && [ -z "$size" ]; then return 0; fi
+  if [ -n "$size" ]; then
+    if ! [[ $size =~ ^$_HW_RT_DIGIT{1,18}$ ]] || ((10#$size < 1)); then
+      _hw_rt_fail "WORLD_SIZE $(_hw_rt_q "$size") is not a positive number"
+      return 1
+    fi
+    n=$((10#$size))
+  fi
+  if [ -z "$master" ] || [ -z "$size" ]; then
+    if [ -n "$master" ]; then given=MASTER_ADDR missing=WORLD_SIZE; else given=WORLD_SIZE missing=MASTER_ADDR; fi
+    _hw_rt_fail "$given is set but $missing is not: together they name the job's hosts; set $missing too, or give the hosts with --hosts or HOSTS"
+    return 1
+  fi
+  if [ "$n" -gt "$HW_RT_MAX_HOSTS" ]; then
+    _hw_rt_fail "$source: WORLD_SIZE $n is more than $HW_RT_MAX_HOSTS hosts"
+    return 1
+  fi
+  _hw_rt_out=("$master")
+  _hw_rt_checked MASTER_ADDR || return 1
+  _hw_rt_out=()
+  if [[ $master =~ ^(.*)-master-0([.].*)?$ ]]; then
+    head=${BASH_REMATCH[1]} domain=${BASH_REMATCH[2]}
+    _hw_rt_out=("$master")
+    for ((i = 0; i < n - 1; i++)); do _hw_rt_out+=("$head-worker-$i$domain"); done
+    source+=' (Kubeflow naming <job>-master-0, <job>-worker-i)'
+  elif [[ $master =~ ^(.*-)0([.].*)?$ ]]; then
+    head=${BASH_REMATCH[1]} domain=${BASH_REMATCH[2]}
+    for ((i = 0; i < n; i++)); do _hw_rt_out+=("$head$i$domain"); done
+    source+=' (naming <prefix>-0 .. <prefix>-N-1)'
+  elif [ "$n" -eq 1 ]; then
+    _hw_rt_out=("$master")
+  else
+    _hw_rt_fail "$source: cannot tell the other $((n - 1)) host names from MASTER_ADDR $(_hw_rt_q "$master"); give them with --hosts or HOSTS"
+    return 1
+  fi
+  _hw_rt_checked "$source"
+}
+
+# hw_rt_discover [--hosts TEXT] [--hostfile PATH]: the job's hosts from the first source that
+# names any -> HW_RT_NAMES (in order), HW_RT_SLOTS (per host, when a hostfile said; else
+# empty), HW_RT_SOURCE (where, in words). None at all: status 0 and no names.
+hw_rt_discover() {
+  local hosts='' hostfile='' has_hosts=0 has_hostfile=0 v value
+  HW_RT_NAMES=() HW_RT_SLOTS=() HW_RT_SOURCE='' HW_RT_ERROR='' _hw_rt_out=()
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --hosts) [ $# -ge 2 ] || { _hw_rt_fail "--hosts needs a value"; return 1; }
+               hosts=$2 has_hosts=1; shift 2 ;;
+      --hostfile) [ $# -ge 2 ] || { _hw_rt_fail "--hostfile needs a value"; return 1; }
+                  hostfile=$2 has_hostfile=1; shift 2 ;;
+      *) _hw_rt_fail "hw_rt_discover: unknown option $1"; return 1 ;;
+    esac
+  done
+  if [ "$has_hosts" = 1 ] && [ "$has_hostfile" = 1 ]; then
+    _hw_rt_fail "give --hosts or --hostfile, not both"
+    return 1
+  fi
+  if [ "$has_hosts" = 1 ]; then
+    _hw_rt_items list "$hosts" || _hw_rt_named --hosts || return 1
+    _hw_rt_checked --hosts
+    return
+  fi
+  if [ "$has_hostfile" = 1 ]; then
+    _hw_rt_hostfile "$hostfile" --hostfile "--hostfile $hostfile"
+    return
+  fi
+  if ! _hw_rt_blank "${HOSTS:-}"; then
+    _hw_rt_items list "$HOSTS" || _hw_rt_named HOSTS || return 1
+    _hw_rt_checked HOSTS
+    return
+  fi
+  # Open MPI 4's orte_default_hostfile (orte/runtime/orte_mca_params.c), Open MPI 5's
+  # prte_default_hostfile (PRRTE 3.0 src/runtime/prte_mca_params.c), as each reads it
+  for v in HOSTFILE OMPI_MCA_orte_default_hostfile OMPI_MCA_prte_default_hostfile \
+           PRTE_MCA_prte_default_hostfile; do
+    if ! _hw_rt_blank "${!v:-}"; then
+      _hw_rt_strip value "${!v}"
+      _hw_rt_hostfile "$value" "$v" "$v=$value"
+      return
+    fi
+  done
+  for v in SLURM_JOB_NODELIST SLURM_NODELIST; do
+    if ! _hw_rt_blank "${!v:-}"; then _hw_rt_nodelist "$v"; return; fi
+  done
+  _hw_rt_volcano || return 1
+  [ "${#HW_RT_NAMES[@]}" -eq 0 ] || return 0
+  _hw_rt_master_world
+}
+
+# hw_rt_rank NAME...: which of the names is this instance -> HW_RT_RANK: NODE_RANK when set,
+# else the name that is this host's name (hostname, -s, -f; a name's short form counts), else
+# the first whose address (getent hosts) is one of this host's. Status 1: none of them;
+# 2: NODE_RANK is not one of the ranks.
+hw_rt_rank() {
+  local n=$# i name mine addrs a
+  local names=("$@")
+  HW_RT_RANK='' HW_RT_ERROR=''
+  if [ -n "${NODE_RANK:-}" ]; then
+    if ! [[ $NODE_RANK =~ ^$_HW_RT_DIGIT{1,18}$ ]] || ((10#$NODE_RANK >= n)); then
+      _hw_rt_fail "NODE_RANK=$(_hw_rt_q "$NODE_RANK") is not 0..$((n - 1))"
+      return 2
+    fi
+    HW_RT_RANK=$((10#$NODE_RANK))
+    return 0
+  fi
+  mine=" $(hostname 2>/dev/null || true) $(hostname -s 2>/dev/null || true) $(hostname -f 2>/dev/null || true) "
+  for ((i = 0; i < n; i++)); do
+    name=${names[i]}
+    if [[ $mine == *" $name "* || $mine == *" ${name%%.*} "* ]]; then HW_RT_RANK=$i; return 0; fi
+  done
+  addrs=" $(hostname -I 2>/dev/null || ip -o addr show 2>/dev/null | awk '{split($4, a, "/"); printf "%s ", a[1]}') "
+  for ((i = 0; i < n; i++)); do
+    a=$(getent hosts "${names[i]}" 2>/dev/null | awk '{print $1; exit}') || a=''
+    if [ -n "$a" ] && [[ $addrs == *" $a "* ]]; then HW_RT_RANK=$i; return 0; fi
+  done
+  _hw_rt_fail "this instance ($(hostname 2>/dev/null || echo '?')) is none of the hosts${HW_RT_SOURCE:+ from $HW_RT_SOURCE}; set NODE_RANK"
+  return 1
+}
+
+# shellcheck disable=SC2016  # $1 and $2 are the inner bash's arguments: never its source
+_hw_rt_port_open() { timeout 2 bash -c ': </dev/tcp/"$1"/"$2"' _ "$1" "$2" 2>/dev/null; }
+
+# hw_rt_sshd PORT: an sshd listening on PORT; one already listening is used as it is, never
+# signalled. As root the system's (/run/sshd, host keys made when there are none), else the
+# user's own: sshd -f ~/.sshd_config (written by 'hpcwizard apply' as that user). Needs
+# ops.sh's _hw_say, _hw_is_sshd and _hw_sshd_pid (the launch script embeds them).
+hw_rt_sshd() {
+  local port=$1 i pid pidfile=/run/sshd.pid config='' systemd=0 unit=ssh
+  if [ "$(id -u)" -ne 0 ]; then pidfile=$HOME/.ssh/sshd.pid config=$HOME/.sshd_config; fi
+  : "$config" "$systemd" "$unit"  # read by _hw_sshd_pid
+  if _hw_rt_port_open 127.0.0.1 "$port"; then
+    if pid=$(_hw_sshd_pid 2>&1); then
+      _hw_rt_log "sshd (pid $pid) already listens on port $port"
+    else
+      pid=${pid#hpcwizard: }
+      _hw_rt_log "port $port already answers; ${pid:-$pidfile names no running sshd}"
+    fi
+    return 0
+  fi
+  if [ "$(id -u)" -eq 0 ]; then
+    install -d -m 0755 /run/sshd
+    if ! compgen -G '/etc/ssh/ssh_host_*_key' >/dev/null; then ssh-keygen -A; fi
+    /usr/sbin/sshd -p "$port"
+  else
+    if [ ! -r "$HOME/.sshd_config" ]; then
+      _hw_rt_fail "no $HOME/.sshd_config: run 'hpcwizard apply' as $(id -un) first"
+      return 1
+    fi
+    /usr/sbin/sshd -f "$HOME/.sshd_config"
+  fi
+  for ((i = 0; i < 50; i++)); do
+    if _hw_rt_port_open 127.0.0.1 "$port"; then _hw_rt_log "started sshd on port $port"; return 0; fi
+    sleep 0.1
+  done
+  _hw_rt_fail "sshd did not start listening on port $port"
+}
+
+# hw_rt_wait HOST TRIES [PORT]: bounded retries with backoff (1, 2, 4, 8, 16, 16... seconds)
+# until HOST's name resolves and, given PORT, the port answers.
+hw_rt_wait() {
+  local h=$1 tries=$2 port=${3:-} try=1 delay=1 what
+  while :; do
+    if getent hosts "$h" >/dev/null; then
+      if [ -z "$port" ] || _hw_rt_port_open "$h" "$port"; then return 0; fi
+      what="port $port"
+    else
+      what="name"
+    fi
+    if [ "$try" -ge "$tries" ]; then
+      _hw_rt_log "$h: $what not ready after $try tries"
+      _hw_rt_fail "$h: $what not ready after $try tries"
+      return 1
+    fi
+    _hw_rt_log "waiting for $h ($what), try $try of $tries, next in ${delay}s"
+    sleep "$delay"
+    try=$((try + 1))
+    delay=$((delay * 2))
+    if [ "$delay" -gt 16 ]; then delay=16; fi
+  done
+}
+
+# hw_rt_write_hostfile FILE SLOTS NAME...: the hostfile mpirun reads, 'NAME slots=SLOTS' a line.
+hw_rt_write_hostfile() {
+  local file=$1 per_host=$2 h
+  shift 2
+  for h in "$@"; do printf '%s slots=%s\n' "$h" "$per_host"; done > "$file"
+}
+
+# hw_rt_answer discover|rank ARG...: the answers of hw_rt_discover or hw_rt_rank for a
+# program (wizard/runtime.py), each field ended by a NUL byte: discover: the source, the
+# number of names, the names, the number of slots, the slots; rank: the rank. A refusal: its
+# line on standard error and status 2; rank of none of the names: status 1, nothing printed.
+# shellcheck disable=SC2329  # called by wizard/runtime.py; the launch script has no use for it
+hw_rt_answer() {
+  local what=$1 rc=0
+  shift
+  case $what in
+    discover)
+      hw_rt_discover "$@" || { printf '%s\n' "$HW_RT_ERROR" >&2; return 2; }
+      printf '%s\0' "$HW_RT_SOURCE" "${#HW_RT_NAMES[@]}" ${HW_RT_NAMES[@]+"${HW_RT_NAMES[@]}"} \
+        "${#HW_RT_SLOTS[@]}" ${HW_RT_SLOTS[@]+"${HW_RT_SLOTS[@]}"} ;;
+    rank)
+      hw_rt_rank "$@" || rc=$?
+      if [ "$rc" = 1 ]; then return 1; fi
+      if [ "$rc" != 0 ]; then printf '%s\n' "$HW_RT_ERROR" >&2; return 2; fi
+      printf '%s\0' "$HW_RT_RANK" ;;
+    *) printf 'hw_rt_answer: discover or rank, not %s\n' "$what" >&2; return 2 ;;
+  esac
+}

