@@ -10,22 +10,12 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional, Tuple
 
+from . import vocab
 from .compat import tomllib
 
-# The values a recipe may use; plan.py supplies each, already validated.
-PLACEHOLDERS = frozenset({"ssh_port", "user", "group", "home", "peers", "host_key",
-                          "ucx_url", "ucx_file", "ucx_sha256", "nccl_conf",
-                          "peer_sample", "apt_lock_timeout", "sshd_kept_ports",
-                          "known_hosts_patterns", "user_sshd_dir"})
-# The facts and choices a step may depend on; plan.py evaluates each.
-CONDITIONS = frozenset({
-    "target_root", "target_user", "host_keys_pinned", "host_keys_off",
-    "systemd", "no_systemd", "family_debian", "family_rhel",
-    "ucx_distro", "ucx_url", "ssh_dir_ours",
-})
+# The frameworks, networks, conditions and placeholders a recipe may name are
+# hpcwizard.vocab's, read there at load time.
 KINDS = ("shell", "file", "block", "dropin", "op")
-FRAMEWORKS = ("mpi", "pytorch")
-NETWORKS = ("tcp", "ib")
 PACKAGE_MANAGERS = ("apt", "dnf", "yum")
 PACKAGE_NAMES = "package-names.toml"  # a generic package name's real name per release
 NOT_RECIPES = ("diagnoses.toml", PACKAGE_NAMES)  # data beside the recipes that is not one
@@ -255,22 +245,31 @@ def _recipe(path, data: dict) -> Recipe:
             raise RecipeError(f"{name}: step id {sid!r} is used twice with overlapping 'when'")
     return Recipe(
         id=data["id"], title=data["title"], why=data["why"],
-        frameworks=_strings(f"{name}: frameworks", data.get("frameworks", []), FRAMEWORKS),
-        networks=_strings(f"{name}: networks", data.get("networks", list(NETWORKS)), NETWORKS),
+        frameworks=_strings(f"{name}: frameworks", data.get("frameworks", []),
+                            vocab.FRAMEWORK.ids),
+        networks=_strings(f"{name}: networks", data.get("networks", list(vocab.NETWORK.ids)),
+                          vocab.NETWORK.ids),
         order=int(data.get("order", 50)), packages=pk, steps=steps, path=str(path),
         i18n=_i18n(data),
-        when=_strings(f"{name}: when", data.get("when", []), tuple(sorted(CONDITIONS))),
+        when=_when(name, data.get("when", [])),
     )
+
+
+def _when(where: str, value: object) -> Tuple[str, ...]:
+    """A `when` list: each name one of hpcwizard.vocab's conditions."""
+    names = _strings(f"{where}: when", value)
+    known = vocab.conditions()
+    unknown = [c for c in names if c not in known]
+    if unknown:
+        raise RecipeError(f"{where}: unknown condition {unknown[0]!r} in 'when'; the "
+                          f"conditions are {', '.join(sorted(known))} (wizard/vocab.py)")
+    return names
 
 
 def _exclusive(steps: Tuple[StepSpec, ...], sid: str) -> bool:
     """Two steps may share an id when their conditions can never both hold (root/user)."""
-    opposite = {"target_root": "target_user", "host_keys_pinned": "host_keys_off",
-                "systemd": "no_systemd", "family_debian": "family_rhel",
-                "ucx_distro": "ucx_url"}
-    opposite.update({v: k for k, v in opposite.items()})
     same = [s for s in steps if s.id == sid]
-    return all(any(opposite.get(c) in b.when for c in a.when)
+    return all(any(vocab.exclusive(c, d) for c in a.when for d in b.when)
                for i, a in enumerate(same) for b in same[i + 1:])
 
 
@@ -289,7 +288,7 @@ def _step(name: str, index: int, data: dict) -> StepSpec:
     as_ = data.get("as", "root")
     if as_ not in ("root", "user"):
         raise RecipeError(f"{where}: 'as' must be 'root' or 'user'")
-    when = _strings(f"{where}: when", data.get("when", []), tuple(sorted(CONDITIONS)))
+    when = _when(where, data.get("when", []))
     spec = StepSpec(
         id=sid, title=str(data.get("title", "")), as_=as_, kind=kind, when=when,
         **{k: str(data[k]) for k in ("check", "run", "undo", "note", "validate", "path",
@@ -333,8 +332,10 @@ def _step(name: str, index: int, data: dict) -> StepSpec:
     for key in ("check", "run", "undo", "validate", "path", "fallback", "content", "content_cmd",
                 "title", "note", "in_effect", "on_change", "call"):
         for ph in _PLACEHOLDER.findall(getattr(spec, key)):
-            if ph not in PLACEHOLDERS:
-                raise RecipeError(f"{where}: unknown placeholder {{{{{ph}}}}} in '{key}'")
+            if ph not in vocab.PLACEHOLDERS:
+                raise RecipeError(f"{where}: unknown placeholder {{{{{ph}}}}} in '{key}'; "
+                                  f"the placeholders are {', '.join(sorted(vocab.PLACEHOLDERS))} "
+                                  "(wizard/vocab.py)")
     return spec
 
 
@@ -402,8 +403,9 @@ def _presets(path, data: dict) -> Tuple[Preset, ...]:
                 raise RecipeError(f"{where}: missing '{key}'")
         out.append(Preset(
             id=p["id"], image=p["image"], title=p["title"],
-            frameworks=_strings(f"{where}: frameworks", p.get("frameworks", []), FRAMEWORKS),
-            networks=_strings(f"{where}: networks", p.get("networks", []), NETWORKS),
+            frameworks=_strings(f"{where}: frameworks", p.get("frameworks", []),
+                                vocab.FRAMEWORK.ids),
+            networks=_strings(f"{where}: networks", p.get("networks", []), vocab.NETWORK.ids),
             provides=_strings(f"{where}: provides", p.get("provides", [])),
             cuda=str(p.get("cuda", "")), user=str(p.get("user", "root")), i18n=_i18n(p),
             driver_min=str(p.get("driver_min", "")), driver_full=str(p.get("driver_full", "")),

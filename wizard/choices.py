@@ -6,29 +6,23 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping
 
-from . import validate
+from . import validate, vocab
 from .i18n import _
 from .peers import pattern_list
-
-FRAMEWORKS = ("mpi", "pytorch")
-NETWORKS = ("tcp", "ib")
-MODES = ("auto", "preset", "manual")
-HOST_KEY_POLICIES = ("pinned", "off")
-UCX_SOURCES = ("distro", "url")
 
 
 @dataclass(frozen=True)
 class Choices:
-    framework: str = "mpi"
-    network: str = "tcp"
-    mode: str = "auto"  # auto: follow the recommendation; preset; manual: configure here
-    user: str = ""  # the job's user; "" means the user running hpcwizard
-    ssh_port: int = 2222
-    host_keys: str = "pinned"
-    # ssh_config Host patterns (space separated) the client settings apply to; "" means
-    # derive them from the job's hosts (hpcwizard.peers): a plan keeps what it used
-    peers: str = ""
-    ucx_source: str = "distro"  # distro: the distribution's UCX packages; url: a package file
+    """The allowed values and the defaults are hpcwizard.vocab's."""
+    framework: str = vocab.FRAMEWORK.default
+    network: str = vocab.NETWORK.default
+    mode: str = vocab.MODE.default
+    user: str = vocab.DEFAULT_USER
+    ssh_port: int = vocab.DEFAULT_SSH_PORT
+    host_keys: str = vocab.HOST_KEYS.default
+    # ssh_config Host patterns (space separated) the client settings apply to
+    peers: str = vocab.DEFAULT_PEERS
+    ucx_source: str = vocab.UCX_SOURCE.default
     ucx_url: str = ""  # http(s) address of a UCX .deb/.rpm (ucx_source "url")
     ucx_sha256: str = ""  # its expected sha256, checked when given
 
@@ -47,15 +41,13 @@ def make_choices(**raw: Any) -> Choices:
             raise validate.BadInput(_("choice {key} = {value!r} is not a text value").format(
                 key=key, value=value), key)
     c = Choices(**values)
-    validate.choice("framework", c.framework, FRAMEWORKS)
-    validate.choice("network", c.network, NETWORKS)
-    validate.choice("mode", c.mode, MODES)
-    validate.choice("host-key policy", c.host_keys, HOST_KEY_POLICIES)
+    for choice in (vocab.FRAMEWORK, vocab.NETWORK, vocab.MODE, vocab.HOST_KEYS):
+        validate.choice(choice.what, getattr(c, choice.name), choice.ids)
     port = validate.port(c.ssh_port)
     if c.user:
         validate.user_name(c.user)
     peers = pattern_list(c.peers)
-    validate.choice("UCX source", c.ucx_source, UCX_SOURCES)
+    validate.choice(vocab.UCX_SOURCE.what, c.ucx_source, vocab.UCX_SOURCE.ids)
     ucx_url, ucx_sha = c.ucx_url, c.ucx_sha256
     if (c.ucx_source == "url" or ucx_url or ucx_sha) and (c.framework, c.network) != ("mpi", "ib"):
         # UCX is MPI's InfiniBand transport: with anything else the package would be

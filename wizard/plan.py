@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from . import ops
+from . import ops, vocab
 from .catalog import (Catalog, PackageNames, Preset, Recipe, StepSpec, shipped_package_names,
                       substitute)
 from .choices import Choices
@@ -145,20 +145,10 @@ def _group_name(gid: int) -> str:
 
 
 def _conditions(facts: Facts, choices: Choices, target: Target) -> Dict[str, bool]:
-    return {
-        "target_root": target.is_root,
-        "target_user": not target.is_root,
-        "host_keys_pinned": choices.host_keys == "pinned",
-        "host_keys_off": choices.host_keys == "off",
-        "systemd": facts.runtime.systemd,
-        "no_systemd": not facts.runtime.systemd,
-        "family_debian": facts.os.family == "debian",
-        "family_rhel": facts.os.family == "rhel",
-        "ucx_distro": choices.ucx_source != "url",
-        "ucx_url": choices.ucx_source == "url",
-        # the target's ~/.ssh is not one the platform mounted (or made read-only)
-        "ssh_dir_ours": platform_ssh_dir(facts, target) is None,
-    }
+    """Each condition of hpcwizard.vocab (the names a recipe's `when` may use), decided."""
+    situation = vocab.Situation(choices, facts, target.is_root,
+                                platform_ssh_dir(facts, target) is not None)
+    return {name: c.holds(situation) for name, c in vocab.conditions().items()}
 
 
 def platform_ssh_dir(facts: Optional[Facts], target: Target) -> Optional[SshDir]:
@@ -185,6 +175,7 @@ def platform_ssh_note(d: SshDir, target: Target) -> str:
 
 
 def _values(choices: Choices, target: Target, facts: Optional[Facts] = None) -> Dict[str, str]:
+    """A value for each placeholder of hpcwizard.vocab.PLACEHOLDERS."""
     # a user's own sshd keeps its host key and pid file in ~/.ssh, unless the platform
     # provides that directory (read-only, or not ours to write): then beside it
     user_sshd_dir = (f"{target.home}/.hpcwizard-sshd" if platform_ssh_dir(facts, target)
@@ -197,8 +188,8 @@ def _values(choices: Choices, target: Target, facts: Optional[Facts] = None) -> 
     if facts is not None and choices.network == "ib" and not any(k == "NCCL_IB_HCA" for k, _ in nccl):
         nccl_conf += "\n# No active InfiniBand port was found here: NCCL chooses the HCAs itself."
     # Every value below was validated (choices) or is from facts filtered to safe names.
-    return {"ssh_port": str(choices.ssh_port), "user": target.user, "group": target.group,
-            "home": target.home, "peers": choices.peers, "host_key": host_key,
+    return {"ssh_port": str(choices.ssh_port), "user": target.user, "home": target.home,
+            "peers": choices.peers, "host_key": host_key,
             "ucx_url": choices.ucx_url, "ucx_file": ucx_file, "ucx_sha256": choices.ucx_sha256,
             "nccl_conf": nccl_conf, "peer_sample": peer_sample(choices.peers),
             "known_hosts_patterns": known_hosts_patterns(choices.peers, choices.ssh_port),
