@@ -11,7 +11,6 @@ Whatever runs still runs on this machine: use it to show or test the screens, no
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import threading
@@ -87,6 +86,9 @@ class StoppableRunner:
         self.inner = inner
         self.stopping = threading.Event()
 
+    def via_sudo(self, as_: str) -> bool:
+        return self.inner.via_sudo(as_)
+
     def check(self, as_: str, text: str) -> bool:
         if self.stopping.is_set():
             raise KeyboardInterrupt
@@ -120,7 +122,9 @@ class WizardApp(App[int]):
     state_dir  where records go (default hpcwizard.record.state_dir())
     clock      monotonic seconds for the elapsed time (tests freeze it)
     sudo       function asking for the sudo password once, -> bool (default: suspend, sudo -v)
-    lock       context manager held during apply/undo (run_tui passes hpcwizard.lock.run_lock)
+    sudo_bash  function -> whether sudo then lets bash run as root (default: sudo -n -l bash)
+    lock       lock(machine=, directory=) -> the context manager held during apply/undo
+               (default hpcwizard.lock.run_lock, as the command line)
     record_name  the record's file name (default: time stamp, framework, network)
     verify_system  the hpcwizard.verify.System the Done screen's checks run through
                (default: a new System per verification, running commands on this machine)
@@ -131,6 +135,9 @@ class WizardApp(App[int]):
     CSS = _resources.files(__name__.rpartition(".")[0]).joinpath("wizard.tcss").read_text("utf-8")
     TITLE = "hpcwizard"
     ENABLE_COMMAND_PALETTE = False
+    # Screen classes wizard.tcss uses to fit a small terminal (JupyterLab's can be 60x12)
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (72, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (20, "-tall")]
     BINDINGS = [
         Binding("question_mark,f1", "keys", "Keys"),
         # F2 switches the language; its label names the other language in its own words
@@ -143,7 +150,8 @@ class WizardApp(App[int]):
                  runner: Any = None, catalog: Any = None, state_dir: Optional[Path] = None,
                  clock: Callable[[], float] = time.monotonic,
                  sudo: Optional[Callable[[], bool]] = None,
-                 lock: Optional[Callable[[], ContextManager[Any]]] = None,
+                 sudo_bash: Optional[Callable[[], bool]] = None,
+                 lock: Optional[Callable[..., ContextManager[Any]]] = None,
                  record_name: str = "", verify_system: Any = None) -> None:
         super().__init__()
         self.facts = facts
@@ -153,10 +161,11 @@ class WizardApp(App[int]):
         self._state_dir = state_dir
         self.clock = clock
         self._sudo = sudo or self._ask_sudo
-        self._lock = lock or contextlib.nullcontext
+        self._sudo_bash = sudo_bash
+        self._lock = lock
         self._record_name = record_name
         self.plan: Any = None
-        self.record: Any = None
+        self.session: Any = None  # hpcwizard.session.Session of the run, once started
         self.run_status: Optional[str] = None
         self.running = False
         self.system_screen: Optional[SystemScreen] = None
@@ -175,31 +184,37 @@ class WizardApp(App[int]):
         translate_bindings(self)
         self.system_screen = SystemScreen()
         self.push_screen(self.system_screen)
-        if self.facts is None:
+        # Neither detection nor the recipes hold up the first paint: both load in a worker.
+        if self.facts is None or self.catalog is None:
             self.detect_worker()
-        elif self.catalog is None:
-            from hpcwizard.catalog import load_catalog
-
-            self.catalog = load_catalog()
 
     @work(thread=True, exit_on_error=False, group="detect")
     def detect_worker(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
         try:
-            if self._detect is None:
-                from hpcwizard.detect import detect
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                # the recipes are read while detection waits on its probes' programs
+                catalog = pool.submit(self._load_catalog) if self.catalog is None else None
+                facts = self.facts
+                if facts is None:
+                    if self._detect is None:
+                        from hpcwizard.detect import detect
 
-                facts = detect()
-            else:
-                facts = self._detect()
-            catalog = self.catalog
-            if catalog is None:
-                from hpcwizard.catalog import load_catalog
-
-                catalog = load_catalog()
+                        facts = detect()
+                    else:
+                        facts = self._detect()
+                loaded = catalog.result() if catalog is not None else self.catalog
         except Exception as exc:  # noqa: BLE001 - shown on the System screen
             self.post_message(DetectFailed(f"{type(exc).__name__}: {exc}"))
             return
-        self.post_message(FactsReady(facts, catalog))
+        self.post_message(FactsReady(facts, loaded))
+
+    @staticmethod
+    def _load_catalog() -> Any:
+        from hpcwizard.catalog import load_catalog
+
+        return load_catalog()
 
     def on_facts_ready(self, message: FactsReady) -> None:
         self.facts = message.facts
@@ -224,6 +239,8 @@ class WizardApp(App[int]):
         from hpcwizard.plan import build_plan
 
         choices = make_choices(**raw)
+        if self.catalog is None:  # asked for before the worker delivered it
+            self.catalog = self._load_catalog()
         return build_plan(self.facts, choices, self.catalog)
 
     def choose(self, raw: dict) -> None:
@@ -263,58 +280,62 @@ class WizardApp(App[int]):
             ok = subprocess.run(["sudo", "-v"]).returncode == 0
         return ok
 
+    @property
+    def record(self) -> Any:
+        return self.session.record if self.session is not None else None
+
     def start_run(self, plan: Any) -> None:
-        """Sudo once (before the run, never inside it), a new record, then the worker."""
-        from hpcwizard.record import Record
+        """The session's order, as on the command line: its checks and sudo once (before the
+        run, never inside it), the lock, a new record, then the worker."""
+        from hpcwizard.session import Session, sudo_once
+        from hpcwizard.validate import BadInput
 
         from .run import RunScreen
 
         if self.running:
             return
-        if plan.needs_root and self.facts.user.sudo == "password":
-            if not self._sudo():
-                self.notify(_("sudo did not accept the password: nothing was changed."),
-                            severity="error", timeout=8)
-                return
         self.plan = plan
-        # A new record under a free name (two runs in the same second do not collide), its
-        # first save creating the file; Retry, Skip and Undo go on with this same Record.
-        try:
-            record = Record.new(plan, self.facts, base=self._state_dir, name=self._record_name)
-            record.save()
-        except (OSError, ValueError) as exc:  # ValueError: BadInput (no free name left)
-            self.notify(_("cannot write the record: {error}; nothing was run.").format(
-                error=f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError)
-                and exc.filename else exc), severity="error", timeout=10)
-            return
-        self.record = record
         self.stoppable = StoppableRunner(self.runner_for(plan))
-        self.run_screen = RunScreen(plan, self.record)
+        session = Session(plan, self.facts, self.stoppable, state_dir=self._state_dir,
+                          record_name=self._record_name, lock=self._lock)
+        # A new record under a free name (two runs in the same second do not collide), its
+        # first save creating the file; Retry, Skip and Undo go on with this same session.
+        try:
+            session.preflight("apply")
+            sudo_once(session.goes_through_sudo("apply"), self.facts.user.sudo, self._sudo,
+                      **({"allows_bash": self._sudo_bash} if self._sudo_bash else {}))
+            session.begin()
+        except BadInput as exc:  # refused before anything ran: another run holds the lock...
+            self.notify(str(exc), severity="error", timeout=10)
+            return
+        except OSError as exc:
+            self.notify(_("cannot write the record: {error}; nothing was run.").format(
+                error=f"{exc.filename}: {exc.strerror}" if exc.filename else exc),
+                severity="error", timeout=10)
+            return
+        self.session = session
+        self.run_screen = RunScreen(plan, session.record)
         self.push_screen(self.run_screen)  # its on_mount calls start_worker("apply")
 
     def start_worker(self, action: str) -> None:
-        """Start the App's apply (or undo) worker; the Run screen draws its events."""
-        assert self.stoppable is not None
+        """Start the App's apply (or retry, skip, undo) worker; the Run screen draws its
+        events."""
+        assert self.stoppable is not None and self.session is not None
         self.stoppable.reset()
         self.running = True
         if self.run_screen is not None:
-            self.run_screen.start(action)
-        self.apply_worker(action, self.record, self.stoppable)
+            self.run_screen.start("undo" if action == "undo" else "apply")
+        self.apply_worker(action, self.session)
 
     @work(thread=True, exit_on_error=False, group="apply")
-    def apply_worker(self, action: str, record: Any, runner: Any) -> None:
-        from hpcwizard.apply import apply_record, undo_record
-
+    def apply_worker(self, action: str, session: Any) -> None:
         status, error = "error", ""
         try:
-            with BatchingSink(self.post_message) as sink, self._lock():
-                if action == "undo":
-                    status = undo_record(record, runner, sink)
-                else:
-                    status = apply_record(record, runner, sink)
+            with BatchingSink(self.post_message) as sink:
+                status = session.run(action, sink)
         except Exception as exc:  # noqa: BLE001 - a lock held elsewhere, a broken record
             error = str(exc) if type(exc).__name__ == "BadInput" else f"{type(exc).__name__}: {exc}"
-        self.post_message(RunEnded(action, status, error))
+        self.post_message(RunEnded("undo" if action == "undo" else "apply", status, error))
 
     def on_run_events(self, message: RunEvents) -> None:
         if self.run_screen is not None:
@@ -328,13 +349,9 @@ class WizardApp(App[int]):
 
     def resume_run(self, how: str) -> None:
         """After a failure: retry the failed step, skip it, or undo what was done."""
-        if self.running or self.record is None:
+        if self.running or self.session is None:
             return
-        if how == "skip":
-            from hpcwizard.apply import skip_stopped_step
-
-            skip_stopped_step(self.record)
-        self.start_worker("undo" if how == "undo" else "apply")
+        self.start_worker(how)
 
     def finish_run(self, quit: bool) -> None:
         from .done import DoneScreen
@@ -398,11 +415,9 @@ class WizardApp(App[int]):
         if self.verifying is not None:
             self.verify_stopped = True
             self.verifying.stop()  # ssh and mpirun would hold the exit until their time-outs
-        code = {None: 0, "done": 0, "undone": 0, "interrupted": 130}.get(self.run_status, 1)
-        skipped = self.record is not None and any(
-            s["status"] == "user-skipped" for s in self.record.steps)
-        if self.run_status == "done" and (skipped or self.verify_ok is False):
-            code = 1  # finished, but without a step, or it does not work as verified
+        if self.session is not None:
+            self.session.release()
+        code = 0 if self.session is None else self.session.exit_code(self.verify_ok)
         self.exit(code, return_code=code)
 
     # --- keys everywhere ----------------------------------------------------------------------
@@ -445,31 +460,43 @@ class WizardApp(App[int]):
         self.push_screen(ConfirmScreen(_("Quit hpcwizard?"), yes=_("Quit"), no=_("Stay")), answer)
 
     async def action_toggle_language(self) -> None:
-        """F2: English <-> 中文. The plan is built again (its reasons are sentences in the
-        language), the screen on top is drawn again now, the others when shown again.
-        Commands, records and files do not change."""
+        """F2: English <-> 中文. Every plan a screen shows is built again (its reasons are
+        sentences in the language: Recommend's plan is not the one Review or the preset
+        path built from it), then every screen on the stack is drawn again, each keeping what
+        the user typed and chose. Commands, records and files do not change."""
         from textual.screen import ModalScreen
 
         if isinstance(self.screen, ModalScreen):
             return
         set_language("en" if get_language() == "zh" else "zh")
         translate_bindings(self)
-        if self.plan is not None and self.facts is not None and self.catalog is not None:
-            from hpcwizard.plan import build_plan
-            from hpcwizard.validate import BadInput
-
-            try:
-                plan = build_plan(self.facts, self.plan.choices, self.catalog)
-            except BadInput:
-                plan = self.plan
-            old = self.plan
-            self.plan = plan
-            for screen in self.screen_stack:
-                if getattr(screen, "plan", None) is old:
-                    screen.plan = plan  # type: ignore[attr-defined]
-        if isinstance(self.screen, WizardScreen):
-            await self.screen.refresh_language()
+        again = self._plans_in_this_language()
+        if self.plan is not None:
+            self.plan = again(self.plan)
+        for screen in self.screen_stack:
+            if getattr(screen, "plan", None) is not None:
+                screen.plan = again(screen.plan)  # type: ignore[attr-defined]
+        for screen in list(self.screen_stack):
+            if isinstance(screen, WizardScreen):
+                await screen.refresh_language()
         self.refresh_bindings()
+
+    def _plans_in_this_language(self) -> Callable[[Any], Any]:
+        """plan -> the same choices built again; a plan shared by screens stays shared."""
+        from hpcwizard.plan import build_plan
+        from hpcwizard.validate import BadInput
+
+        built: dict = {}
+
+        def again(plan: Any) -> Any:
+            if id(plan) not in built:
+                try:
+                    built[id(plan)] = build_plan(self.facts, plan.choices, self.catalog)
+                except BadInput:
+                    built[id(plan)] = plan
+            return built[id(plan)]
+
+        return again
 
 
 def load_facts_file(path: str) -> Any:
@@ -487,15 +514,26 @@ def load_facts_file(path: str) -> Any:
             path=path, error=exc)) from None
 
 
+# Set by some terminals (JupyterLab's exports both) to the size at start: Textual asks
+# shutil.get_terminal_size, which reads them before the terminal itself, so with them set
+# every resize reports the old size (shrunk: a blank screen; grown: the old layout).
+FIXED_SIZE_VARS = ("COLUMNS", "LINES")
+
+
+def forget_fixed_size(environ: Any = os.environ) -> None:
+    """The terminal's live size from here on: what the window is now, at every resize."""
+    for var in FIXED_SIZE_VARS:
+        environ.pop(var, None)
+
+
 def run_tui() -> int:
     """Start the wizard on this terminal; returns the exit status: 0 done (and verified, if
     verified) or nothing run; 1 a step failed or was skipped, or the verification failed;
     130 interrupted."""
-    from hpcwizard.lock import run_lock
-
     facts_file = os.environ.get("HPCWIZARD_FACTS", "")
     facts = load_facts_file(facts_file) if facts_file else None
-    app = WizardApp(facts=facts, lock=run_lock)
+    forget_fixed_size()
+    app = WizardApp(facts=facts)
     result = app.run()
     if isinstance(result, int):
         return result

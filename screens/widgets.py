@@ -3,9 +3,8 @@ a yes/no question, and the export panel (Review and Done)."""
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
-from typing import Any, Callable, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -19,13 +18,22 @@ from textual.widgets import Button, Footer, Header, Input, Label, RadioButton, R
 from hpcwizard.i18n import N_, _, get_language, width
 
 FORMAT_LABELS = {"setup": N_("Setup script"), "dockerfile": N_("Dockerfile"),
-                 "launch": N_("Launch script")}
+                 "launch": N_("Launch script"), "sbatch": N_("Slurm batch script"),
+                 "mpijob": N_("Kubeflow MPIJob"), "pytorchjob": N_("Kubeflow PyTorchJob"),
+                 "trainjob": N_("Kubeflow TrainJob"), "volcano": N_("Volcano Job")}
 # Keys Textual's own classes bind (shown in the `?` help): translated like ours
 TEXTUAL_KEYS = (N_("Focus Next"), N_("Focus Previous"), N_("Copy selected text"))
 WROTE = {"setup": N_("Wrote setup script {path}"), "dockerfile": N_("Wrote dockerfile {path}"),
-         "launch": N_("Wrote launch script {path}")}
+         "launch": N_("Wrote launch script {path}"),
+         "sbatch": N_("Wrote Slurm batch script {path}"),
+         "mpijob": N_("Wrote MPIJob manifest {path}"),
+         "pytorchjob": N_("Wrote PyTorchJob manifest {path}"),
+         "trainjob": N_("Wrote TrainJob manifest {path}"),
+         "volcano": N_("Wrote Volcano Job manifest {path}")}
 DEFAULT_PATHS = {"setup": "./hpcwizard-setup.sh", "dockerfile": "./Dockerfile",
-                 "launch": "./hpcwizard-launch.sh"}
+                 "launch": "./hpcwizard-launch.sh", "sbatch": "./hpcwizard-job.sbatch",
+                 "mpijob": "./hpcwizard-mpijob.yaml", "pytorchjob": "./hpcwizard-pytorchjob.yaml",
+                 "trainjob": "./hpcwizard-trainjob.yaml", "volcano": "./hpcwizard-volcano.yaml"}
 
 
 def translate_bindings(node: Any) -> None:
@@ -44,10 +52,10 @@ def translate_bindings(node: Any) -> None:
 
 class WizardScreen(Screen):
     """A step of the wizard: header, body, footer with this screen's keys. F2 (the App's
-    key) switches the language: the screen on top is drawn again at once
-    (refresh_language), the ones below when they are shown again."""
+    key) switches the language: every screen on the stack is drawn again at once
+    (refresh_language), keeping what the user typed and chose."""
 
-    BACK = True  # escape goes back one screen (every screen before Run)
+    BACK = True  # b (or escape) goes back one screen (every screen before Run)
     SUB_TITLE = ""  # the msgid of the screen's title ("1/6 System")
 
     def compose(self) -> ComposeResult:
@@ -86,22 +94,36 @@ class WizardScreen(Screen):
             self.app.pop_screen()
 
 
+# Keys no terminal in a browser delivers (the browser or the OS keeps super+…): never shown
+UNDELIVERED = ("super+",)
+
+
 def keys_of(screen: Screen) -> List[Tuple[str, str]]:
-    """The keys that do something on screen, as (key, what it does)."""
-    seen = set()
-    out: List[Tuple[str, str]] = []
-    bindings = [a for a in screen.active_bindings.values() if a.node is screen]
-    bindings += [a for a in screen.active_bindings.values() if a.node is screen.app]
-    for active in bindings:
-        b = active.binding
-        if not b.description or not active.enabled:
-            continue
-        key = screen.app.get_key_display(b)
-        if (key, b.description) in seen:
-            continue
-        seen.add((key, b.description))
-        out.append((key, b.description))
-    return out
+    """The keys that do something on screen, the screen's then the App's, as (keys, what it
+    does); the keys that do one thing on one line ("b / esc"). Read from the bindings, not from
+    what the focused widget leaves active: System's Enter is the focused button's too."""
+    from textual.actions import parse
+
+    app = screen.app
+    # the App's priority keys (ctrl+c) come first wherever the focus is
+    taken = {k for k, bs in app._bindings.key_to_bindings.items() if any(b.priority for b in bs)}
+    rows: Dict[str, List[str]] = {}
+    for node in (screen, app):
+        for key, bindings in node._bindings.key_to_bindings.items():
+            if key.startswith(UNDELIVERED) or (node is screen and key in taken):
+                continue
+            for b in bindings:
+                if not b.description:
+                    continue
+                target, action, params = parse(b.action)
+                owner = app if target == "app" else node
+                if owner.check_action(action, params) is False:
+                    continue
+                keys = rows.setdefault(b.description, [])
+                shown = app.get_key_display(b)
+                if shown not in keys:
+                    keys.append(shown)
+    return [(" / ".join(keys), what) for what, keys in rows.items()]
 
 
 class CoreCheck(Validator):
@@ -182,6 +204,19 @@ class ConfirmScreen(ModalScreen[bool]):
         self.dismiss(event.button.id == "confirm-yes")
 
 
+class ChoiceSet(RadioSet):
+    """A RadioSet whose highlight starts on the chosen button. (Textual's highlights the
+    first one when it is mounted, whichever is chosen: on the preset path "Setup script"
+    looked chosen while "Launch script" was.)"""
+
+    def on_mount(self) -> None:
+        self.call_later(self.highlight_chosen)  # after RadioSet's own Mount handler
+
+    def highlight_chosen(self) -> None:
+        if self.pressed_index >= 0:
+            self._selected = self.pressed_index
+
+
 class ExportPanel(Vertical):
     """Choose a format, edit the path, write. The text is render_export(plan, fmt): the same
     as `hpcwizard export --format FMT`."""
@@ -192,27 +227,36 @@ class ExportPanel(Vertical):
             self.path = path
             self.fmt = fmt
 
-    def __init__(self, plan: Any, default: str = "", id: Optional[str] = None) -> None:
+    def __init__(self, plan: Any, default: str = "", id: Optional[str] = None,
+                 path: str = "") -> None:
+        """path: the file name to start with (what the user had typed, drawn again after
+        F2); empty: the format's default."""
         super().__init__(id=id, classes="export")
         from hpcwizard.export import export_formats
 
         self.plan = plan
         self.formats: List[str] = list(export_formats())
         self.fmt = default if default in self.formats else self.formats[0]
+        self.start_path = path
 
     def compose(self) -> ComposeResult:
-        with Horizontal(classes="export-row"):
+        with Horizontal(classes="export-row formats"):
             yield Label(_("Export"), classes="field-label")
-            with RadioSet(id="export-format", classes="inline"):
+            with ChoiceSet(id="export-format", classes="inline"):
                 for fmt in self.formats:
                     yield RadioButton(_(FORMAT_LABELS.get(fmt, fmt)), value=fmt == self.fmt,
                                       id=f"fmt-{fmt}")
         with Horizontal(classes="export-row"):
             yield Label(_("To file"), classes="field-label")
-            yield Input(DEFAULT_PATHS.get(self.fmt, f"./hpcwizard-{self.fmt}"), id="export-path",
-                        compact=True)
+            yield Input(self.start_path or DEFAULT_PATHS.get(self.fmt, f"./hpcwizard-{self.fmt}"),
+                        id="export-path", compact=True)
             yield Button(_("Write"), id="export-write", variant="primary", compact=True)
         yield Static("", id="export-result")
+
+    @property
+    def path(self) -> str:
+        """What the file name field holds (kept across F2)."""
+        return self.query_one("#export-path", Input).value
 
     def on_radio_set_changed(self, event: RadioSet.Changed) -> None:
         event.stop()
@@ -237,9 +281,11 @@ class ExportPanel(Vertical):
         result.set_class(error, "error")
         result.update(Text(text))
 
-    def write(self) -> Optional[Path]:
-        from hpcwizard.export import render_export
-        from hpcwizard.record import write_private
+    def write(self, force: bool = False) -> Optional[Path]:
+        """session.write_export, as `hpcwizard export -o PATH`: every file the format needs,
+        the same modes. Files already at those names are replaced only after the user says
+        so here (the command line's --force)."""
+        from hpcwizard.session import ExportExists, write_export
         from hpcwizard.validate import BadInput
 
         raw = self.query_one("#export-path", Input).value.strip()
@@ -247,16 +293,22 @@ class ExportPanel(Vertical):
             self._say(_("Give a file name to write to."), error=True)
             return None
         out = Path(raw).expanduser()
-        if out.is_dir():
-            self._say(_("{path} is a directory: give a file name").format(path=out), error=True)
-            return None
-        if not out.parent.is_dir():
-            self._say(_("directory {path} does not exist").format(path=out.parent), error=True)
-            return None
         try:
-            text = render_export(self.plan, self.fmt)
-            write_private(out, text.encode("utf-8"))
-            os.chmod(out, 0o644 if self.fmt == "dockerfile" else 0o700)
+            written = write_export(self.plan, self.fmt, out, force=force)
+        except ExportExists as exc:
+            self._say(str(exc), error=True)
+            fmt = self.fmt
+
+            def answer(replace: Optional[bool]) -> None:
+                if replace and self.fmt == fmt and self.query_one(
+                        "#export-path", Input).value.strip() == raw:
+                    self.write(force=True)
+
+            self.app.push_screen(ConfirmScreen(
+                _("{paths} already exists. Replace it?").format(
+                    paths=", ".join(str(p) for p in exc.paths)),
+                yes=_("Replace"), no=_("Keep it")), answer)
+            return None
         except BadInput as exc:
             self._say(str(exc), error=True)
             return None
@@ -264,8 +316,12 @@ class ExportPanel(Vertical):
             self._say(_("could not write {path}: {error}").format(path=out, error=exc),
                       error=True)
             return None
-        full = out.resolve()
-        self._say(_(WROTE.get(self.fmt, N_("Wrote {path}"))).format(path=full))
+        full = written[0].resolve()
+        said = _(WROTE.get(self.fmt, N_("Wrote {path}"))).format(path=full)
+        if len(written) > 1:
+            said += "\n" + _("and beside it: {names}").format(
+                names=", ".join(p.name for p in written[1:]))
+        self._say(said)
         self.post_message(self.Written(full, self.fmt))
         return full
 
@@ -292,9 +348,13 @@ class ExportScreen(ModalScreen[None]):
 
 
 def bullet_text(items: Iterable[str], style: str = "") -> Text:
+    """One bullet per item; a detection Note (a plan's warnings carry them) in the chosen
+    language."""
+    from hpcwizard.facts import Note
+
     text = Text()
     for item in items:
         text.append("• ", style="bold")
-        text.append(f"{item}\n", style=style)
+        text.append(f"{item.shown() if isinstance(item, Note) else item}\n", style=style)
     text.rstrip()
     return text

@@ -30,3 +30,17 @@ def _no_platform_hosts(monkeypatch):
         monkeypatch.delenv(var, raising=False)
     for var in [v for v in os.environ if v.startswith("VC_") and v.endswith("_HOSTS")]:
         monkeypatch.delenv(var)
+
+
+@pytest.fixture(autouse=True)
+def _own_machine_lock(request, tmp_path_factory, monkeypatch):
+    """The wizard's and the command line's runs take the machine-wide lock when a step runs
+    as root (hpcwizard.session): a unit test's fake run takes one of its own, so that it
+    never waits on, or is refused by, a real hpcwizard (or another test process) on this
+    machine. The system tests keep the real /run/lock/hpcwizard.lock."""
+    if "system" in request.path.parts:
+        return
+    from hpcwizard import lock
+
+    monkeypatch.setattr(lock, "MACHINE_LOCK",
+                        str(tmp_path_factory.mktemp("machine-lock") / "hpcwizard.lock"))

@@ -33,7 +33,7 @@ def victim(tmp_path):
 
 
 @pytest.mark.parametrize("fmt", ["setup", "dockerfile", "launch"])
-def test_export_replaces_a_planted_link_and_sets_the_mode_before(tmp_path, monkeypatch,
+def test_export_replaces_a_planted_link_and_sets_the_mode_before(tmp_path, monkeypatch, capsys,
                                                                   victim, fmt):
     monkeypatch.setattr(cli, "_facts", lambda sysroot, **_: make_facts("rocky9"))
     ctx = tmp_path / "ctx"
@@ -42,10 +42,17 @@ def test_export_replaces_a_planted_link_and_sets_the_mode_before(tmp_path, monke
     names = [out] + ([ctx / "hpcwizard-setup.sh"] if fmt == "dockerfile" else [])
     for name in names:
         name.symlink_to(victim)
-    assert cli.main(["export", "--format", fmt, "--framework", "mpi", "--network", "tcp",
-                     "--manual", "-o", str(out)]) == 0
+    argv = ["export", "--format", fmt, "--framework", "mpi", "--network", "tcp", "--manual",
+            "-o", str(out)]
+    # without --force, something at the names is refused whole: nothing written or followed
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "already exists" in err and "--force" in err
+    assert all(name.is_symlink() for name in names)
+    assert cli.main(argv + ["--force"]) == 0
     for name in names:
-        assert not name.is_symlink() and mode(name) == 0o700, name
+        want = 0o644 if name.name == "out" and fmt == "dockerfile" else 0o755
+        assert not name.is_symlink() and mode(name) == want, name
         assert b"hpcwizard" in name.read_bytes()
     assert victim.read_bytes() == SECRET and mode(victim) == 0o600
     assert sorted(p.name for p in ctx.iterdir()) == sorted(n.name for n in names)

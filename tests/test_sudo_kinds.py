@@ -12,7 +12,7 @@ from typing import Dict, List, Optional
 
 import pytest
 
-from hpcwizard import cli
+from hpcwizard import cli, session
 from hpcwizard.apply import ShellRunner
 from hpcwizard.catalog import load_catalog
 from hpcwizard.choices import make_choices
@@ -201,10 +201,10 @@ def test_no_passwd_entry_refuses_before_anything_runs(monkeypatch, pending, refu
     monkeypatch.setattr(pwd, "getpwuid", no_entry)
     monkeypatch.setattr(os, "geteuid", lambda: 12345)
     if not refused:
-        cli._refuse_without_passwd_entry(Checks(), pending)
+        session.refuse_without_passwd_entry(Checks(), pending)
         return
     with pytest.raises(BadInput) as exc:
-        cli._refuse_without_passwd_entry(Checks(), pending)
+        session.refuse_without_passwd_entry(Checks(), pending)
     line = str(exc.value)
     assert "user id 12345 has no entry in /etc/passwd" in line and "\n" not in line
     assert "nothing was changed" in line
@@ -215,7 +215,7 @@ def test_no_passwd_entry_lets_a_configured_machine_through(monkeypatch):
     monkeypatch.setattr(pwd, "getpwuid", no_entry)
     monkeypatch.setattr(os, "geteuid", lambda: 12345)
     runner = Checks(passing={"test -e /x", "test -e /y"})
-    cli._refuse_without_passwd_entry(runner, [("root", "test -e /x", "ssh/sshd-port"),
+    session.refuse_without_passwd_entry(runner, [("root", "test -e /x", "ssh/sshd-port"),
                                               ("user", "test -e /y", "ssh/user-key")])
     assert runner.checked == ["test -e /x", "test -e /y"]
 
@@ -224,7 +224,7 @@ def test_a_named_user_is_never_refused_for_its_passwd_entry(monkeypatch):
     me = pwd.getpwuid(os.geteuid())
     monkeypatch.setattr(os, "geteuid", lambda: 4321)
     monkeypatch.setattr(pwd, "getpwuid", lambda uid: me)
-    cli._refuse_without_passwd_entry(Checks(), [("root", "", "packages/install")])
+    session.refuse_without_passwd_entry(Checks(), [("root", "", "packages/install")])
 
 
 def test_the_plan_of_a_nameless_uid_recommends_the_preset_and_says_why():

@@ -7,7 +7,6 @@ import argparse
 import json
 import os
 import signal
-import stat
 import sys
 from pathlib import Path
 from typing import Any, List, Optional
@@ -28,17 +27,22 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_choices(p: argparse.ArgumentParser, required: bool = True) -> None:
+    from . import vocab  # the values and defaults, as the Choose screen and make_choices have them
+
     g = p.add_argument_group(_("choices"))
-    g.add_argument("--framework", choices=("mpi", "pytorch"), required=required)
-    g.add_argument("--network", choices=("tcp", "ib"), required=required)
+    for choice in (vocab.FRAMEWORK, vocab.NETWORK):
+        g.add_argument(choice.flag, choices=choice.ids, required=required)
     mode = g.add_mutually_exclusive_group()
-    mode.add_argument("--preset", dest="mode", action="store_const", const="preset",
-                      help=_("start the job from a preset image instead of configuring here"))
-    mode.add_argument("--manual", dest="mode", action="store_const", const="manual",
-                      help=_("configure this machine even when a preset image is recommended"))
-    g.add_argument("--user", default="", help=_("the job's user (default: you)"))
-    g.add_argument("--ssh-port", default="2222", help=_("SSH port between instances (default 2222)"))
-    g.add_argument("--host-keys", choices=("pinned", "off"), default="pinned",
+    for value in vocab.MODE.values:  # a flag for each but the default (--preset, --manual)
+        if value.id != vocab.MODE.default:
+            mode.add_argument(f"--{value.id}", dest="mode", action="store_const", const=value.id,
+                              help=_(value.help))
+    g.add_argument("--user", default=vocab.DEFAULT_USER, help=_("the job's user (default: you)"))
+    g.add_argument("--ssh-port", default=str(vocab.DEFAULT_SSH_PORT),
+                   help=_("SSH port between instances (default {port})").format(
+                       port=vocab.DEFAULT_SSH_PORT))
+    g.add_argument(vocab.HOST_KEYS.flag, choices=vocab.HOST_KEYS.ids,
+                   default=vocab.HOST_KEYS.default,
                    help=_("pinned: trust only this image's host key (default); off: as the guide"))
     g.add_argument("--peers", default=None, metavar="PATTERNS",
                    help=_("the job's hosts as ssh Host patterns, space separated ('job-worker-* "
@@ -87,8 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     ex = sub.add_parser("export", help=_("write the plan as a file"))
     _add_choices(ex)
-    ex.add_argument("--format", choices=("setup", "dockerfile", "launch"), required=True)
+    from .engines import FORMATS as ENGINE_FORMATS  # export_formats()' names, cheap to import
+
+    ex.add_argument("--format", choices=("setup", "dockerfile", "launch") + ENGINE_FORMATS,
+                    required=True)
     ex.add_argument("-o", "--output", help=_("file to write (default: standard output)"))
+    ex.add_argument("--force", action="store_true",
+                    help=_("replace files already at the export's names (default: refuse)"))
 
     u = sub.add_parser("undo", help=_("take back what a record says was done"))
     u.add_argument("record")
@@ -265,27 +274,22 @@ def _confirm(question: str, yes: bool) -> None:
         raise KeyboardInterrupt
 
 
-def _sudo_once(needs_root: bool, sudo: str) -> None:
-    """Ask for the sudo password once, before the run (apply, replay, undo); never inside it.
-    Each root step then runs `sudo -n`, on the credentials this leaves for the terminal."""
+def _sudo_once(needed: bool, sudo: str) -> None:
+    """The command line's way to ask for the sudo password once (session.sudo_once): on the
+    terminal, with `sudo -v`; refused at once when there is no terminal to type it in."""
     import subprocess
 
-    if not (needs_root and sudo == "password"):
-        return
-    if not _has_terminal():
-        # sudo would fail at the first root step, after the user steps had run
-        raise BadInput(_("the system steps need your sudo password and there is no terminal "
-                         "to type it in: run this in a terminal, as root, or with passwordless "
-                         "sudo; nothing was changed"))
-    if subprocess.run(["sudo", "-v"]).returncode != 0:
-        raise BadInput(_("sudo did not accept the password: nothing was changed"))
-    # The password opens sudo, but its rules may list some other commands only, and every
-    # root step is `sudo -n -- bash ...`: ask now whether bash is allowed.
-    if subprocess.run(["sudo", "-n", "-l", "bash"], stdin=subprocess.DEVNULL,
-                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0:
-        raise BadInput(_("sudo accepted the password but does not let you run bash as root, "
-                         "which every system step needs: ask an administrator, or use the "
-                         "preset image; nothing was changed"))
+    from .session import sudo_once
+
+    def ask() -> bool:
+        if not _has_terminal():
+            # sudo would fail at the first root step, after the user steps had run
+            raise BadInput(_("the system steps need your sudo password and there is no "
+                             "terminal to type it in: run this in a terminal, as root, or "
+                             "with passwordless sudo; nothing was changed"))
+        return subprocess.run(["sudo", "-v"]).returncode == 0
+
+    sudo_once(needed, sudo, ask)
 
 
 def _has_terminal() -> bool:
@@ -299,30 +303,6 @@ def _has_terminal() -> bool:
     return True
 
 
-def _refuse_without_passwd_entry(runner: Any, pending: "list[tuple[str, str, str]]") -> None:
-    """A uid without a passwd entry (docker run --user 12345) cannot use sudo ("you do not
-    exist in the passwd database"), nor ssh-keygen ("No user exists for uid 12345") or sshd.
-    pending: (as, check, id) of the steps about to run. Those that go through sudo or set up
-    SSH, and whose check does not already pass (a configured machine needs neither), are
-    refused now, before anything runs, rather than failing in the middle."""
-    import pwd
-
-    uid = os.geteuid()
-    if uid == 0:
-        return
-    try:
-        pwd.getpwuid(uid)
-        return
-    except KeyError:
-        pass
-    if any((runner.via_sudo(as_) or step_id.startswith("ssh/"))
-           and not (check and runner.check(as_, check)) for as_, check, step_id in pending):
-        raise BadInput(_("user id {uid} has no entry in /etc/passwd, and sudo, ssh-keygen and "
-                         "sshd refuse such a user, so these steps cannot run: start the "
-                         "container as root or as a named user, or add a passwd entry for uid "
-                         "{uid}; nothing was changed").format(uid=uid))
-
-
 def _terminate_as_interrupt() -> None:
     """SIGTERM ends a run the way Ctrl-C does: the record is finished truthfully."""
     def handler(signum: int, frame: Any) -> None:
@@ -331,12 +311,14 @@ def _terminate_as_interrupt() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def _run_plan(plan: Any, facts: Any, record_path: Optional[str], yes: bool, dry_run: bool) -> int:
-    from .apply import ShellRunner, apply_record
-    from .record import Record, new_record_path
+def _run_plan(plan: Any, facts: Any, record_path: Optional[str], yes: bool, dry_run: bool,
+              runner: Any = None) -> int:
+    from .apply import ShellRunner
+    from .record import new_record_path
     from .report import ConsoleSink, format_dry_run, format_plan, format_recommendation
+    from .session import Session
 
-    runner = ShellRunner(plan.target.user)
+    runner = runner or ShellRunner(plan.target.user)
     mode = plan.choices.mode
     if mode == "preset" or (mode == "auto" and plan.recommendation.path == "preset"):
         print(format_recommendation(plan))
@@ -346,26 +328,22 @@ def _run_plan(plan: Any, facts: Any, record_path: Optional[str], yes: bool, dry_
     if dry_run:
         print(format_dry_run(plan, [runner.check(s.as_, s.check) for s in plan.steps]))
         return EXIT_OK
-    _refuse_without_passwd_entry(runner, [(s.as_, s.check, s.id) for s in plan.steps
-                                          if not s.satisfied])
     # --record FILE: refused before anything runs if anything is there (never written over)
     path = new_record_path(Path(record_path)) if record_path else None
+    session = Session(plan, facts, runner, record_path=path)
+    session.preflight("apply")
     print(format_plan(plan, brief=True))
     _confirm(_("Run these {n} steps?").format(n=len(plan.steps)), yes)
-    _sudo_once(plan.needs_root, facts.user.sudo)
-    from .lock import run_lock
-
-    # The lock first: a second hpcwizard stops here, having written nothing.
-    with run_lock(machine=plan.needs_root):
-        record = Record.new(plan, facts, path)
-        try:
-            record.save()  # creates it: a file that appeared there meanwhile is refused (2)
-            _terminate_as_interrupt()
-            status = apply_record(record, runner, ConsoleSink(
-                titles=[field(s, "title") for s in plan.steps]))
-        except OSError as exc:
-            return _record_failed(record, exc)
-    return {"done": EXIT_OK, "interrupted": EXIT_INTERRUPTED}.get(status, EXIT_FAILED)
+    _sudo_once(session.goes_through_sudo("apply"), facts.user.sudo)
+    record = session.begin()  # the lock first: a second hpcwizard stops there, having written nothing
+    try:
+        _terminate_as_interrupt()
+        session.run("apply", ConsoleSink(titles=[field(s, "title") for s in plan.steps]))
+    except OSError as exc:
+        return _record_failed(record, exc)
+    finally:
+        session.release()
+    return session.exit_code()
 
 
 def _record_failed(record: Any, exc: OSError) -> int:
@@ -388,68 +366,44 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from .export import render_export
-    from .record import write_private
+    from .session import write_export
 
     _facts_here, plan = _plan(args)
-    text = render_export(plan, args.format)
     if not args.output:
-        sys.stdout.write(text)
+        sys.stdout.write(render_export(plan, args.format))
         return EXIT_OK
-    out = Path(args.output)
-    if out.is_dir():
-        raise BadInput(_("{path} is a directory: give a file name").format(path=out))
-    if os.path.lexists(out) and not (stat.S_ISREG(os.lstat(out).st_mode)
-                                     or stat.S_ISLNK(os.lstat(out).st_mode)):
-        # a FIFO or a device: renaming over it would lose what it is (a link is replaced
-        # by the file, never written through)
-        raise BadInput(_("{path} is not a regular file: give the name of a file to write").format(
-            path=out))
-    if not out.parent.is_dir():
-        raise BadInput(_("directory {path} does not exist").format(path=out.parent))
-    # The mode is set on the new file before it is renamed into place: never a chmod of the
-    # path afterwards (by then it could be someone else's file or a link).
-    write_private(out, text.encode("utf-8"), mode=0o700)
-    print(_("wrote {path}").format(path=out))
-    if args.format == "dockerfile":  # its build context: the setup script beside it
-        from .dockerfile import companion_files
-
-        for name, body in companion_files(plan).items():
-            write_private(out.parent / name, body.encode("utf-8"), mode=0o700)
-            print(_("wrote {path}").format(path=out.parent / name))
+    for path in write_export(plan, args.format, Path(args.output), force=args.force):
+        print(_("wrote {path}").format(path=path))
     return EXIT_OK
 
 
 def cmd_undo(args: argparse.Namespace) -> int:
-    from .apply import ShellRunner, undo_record
-    from .lock import run_lock
+    from .apply import UNDO_STATUSES, ShellRunner
+    from .detect.user import current_user
     from .record import Record
     from .report import ConsoleSink
+    from .session import Session
 
     record = Record.load(Path(args.record), use="undo", update=True)
-    from .apply import UNDO_STATUSES
-
     done = [s for s in record.steps if s["status"] in UNDO_STATUSES]
     if not done:
         print(_("{record}: nothing to undo (no step was done)").format(record=args.record))
         return EXIT_OK
     runner = ShellRunner(record.data["target"]["user"], library=record.library)
+    session = Session.of_record(record, runner)
     # an undo text always changes something: no check can spare it sudo
-    _refuse_without_passwd_entry(runner, [(s["as"], "", "") for s in done])
-    root = any(s["as"] == "root" for s in done)
+    session.preflight("undo")
     _confirm(_("Undo {n} steps of {record}?").format(n=len(done), record=args.record), args.yes)
     # as apply does: the password once, before anything is undone (root's steps, or another
     # user's, go through sudo)
-    if any(runner.via_sudo(s["as"]) for s in done):
-        from .detect.user import current_user
-
+    if session.goes_through_sudo("undo"):
         _sudo_once(True, current_user().sudo)
     _terminate_as_interrupt()
-    with run_lock(machine=root):
-        try:
-            status = undo_record(record, runner, ConsoleSink())
-        except OSError as exc:
-            return _record_failed(record, exc)
-    return {"undone": EXIT_OK, "interrupted": EXIT_INTERRUPTED}.get(status, EXIT_FAILED)
+    try:
+        session.run("undo", ConsoleSink())
+    except OSError as exc:
+        return _record_failed(record, exc)
+    return session.exit_code()
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -465,7 +419,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from .hosts import find_hosts, from_environment
     from .inputs import number
     from .report_verify import format_report
     from .verify import verify
@@ -477,10 +430,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
         from .choices import choices_from_mapping
         from .record import Record
 
+        from . import vocab
+
         given = [flag for flag, value, default in (
             ("--framework", args.framework, None), ("--network", args.network, None),
-            ("--preset/--manual", args.mode, None), ("--user", args.user, ""),
-            ("--ssh-port", args.ssh_port, "2222"), ("--host-keys", args.host_keys, "pinned"),
+            ("--preset/--manual", args.mode, None), ("--user", args.user, vocab.DEFAULT_USER),
+            ("--ssh-port", args.ssh_port, str(vocab.DEFAULT_SSH_PORT)),
+            ("--host-keys", args.host_keys, vocab.HOST_KEYS.default),
             ("--peers", args.peers, None), ("--ucx-url", args.ucx_url, ""),
             ("--ucx-sha256", args.ucx_sha256, "")) if value != default]
         if given:
@@ -500,12 +456,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if args.hosts is not None or args.hostfile is not None:
             raise BadInput(_("--here checks this instance only: leave out --hosts and "
                              "--hostfile, or --here"))
-    elif args.hosts is not None or args.hostfile is not None:
-        hosts = find_hosts(args.hosts, args.hostfile)
     else:
-        # the platform's variables; None only when none is set: the checks here only, said
-        # in the report. One set but unreadable is bad input naming it, never "here only".
-        hosts = from_environment(os.environ)
+        from .runtime import discover
+
+        # the hosts the launch script finds, in its order (the same library decides). None
+        # only when no source names any: the checks here only, said in the report. A source
+        # set but unreadable is bad input naming it, never "here only".
+        hosts = discover(args.hosts, args.hostfile, os.environ)
     facts, plan = _plan(args, choices)
     report = verify(plan, facts, hosts, max_workers=jobs)
     if args.json:

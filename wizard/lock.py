@@ -8,6 +8,7 @@ import contextlib
 import fcntl
 import os
 import stat
+from pathlib import Path
 from typing import Iterator
 
 from .record import state_dir
@@ -48,13 +49,13 @@ def _ours(fd: int) -> bool:
 
 
 @contextlib.contextmanager
-def run_lock(machine: bool = False) -> Iterator[None]:
+def run_lock(machine: bool = False, directory: "Path | None" = None) -> Iterator[None]:
     """machine: the run changes the system (root steps), so it takes the machine-wide lock
     (/run/lock/hpcwizard.lock) when it can; otherwise, or for the user's own files, the
-    lock in the state directory."""
+    lock in the state directory (`directory`, where the records go; default state_dir())."""
     fd = _open_machine_lock() if machine else None
     if fd is None:
-        directory = state_dir()
+        directory = Path(directory) if directory is not None else state_dir()
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(str(directory / "run.lock"), os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600)
     try:

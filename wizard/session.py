@@ -1,0 +1,293 @@
+"""One run of a plan on this machine, the one way both front ends go through (harlequin's
+`query.py` lesson): the command line and the wizard only draw its events and collect answers.
+
+A session holds, in this order:
+  1. the checks before anything runs (a uid without a passwd entry; the sudo password, asked
+     once, and whether sudo then lets bash run as root);
+  2. the lock (machine-wide when any step runs as root), then the record: a second hpcwizard
+     stops at the lock having written nothing;
+  3. apply, or after a failure retry / skip / undo, each under the lock again;
+  4. the exit status.
+Exports are here too (`write_export`): every file a format needs, one mode policy, and never
+a file replaced without the caller saying so (`force`, after the user confirmed)."""
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, ContextManager, Iterable, List, Optional, Sequence
+
+from .i18n import _
+from .validate import BadInput
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+RESUMES = ("retry", "skip", "undo")
+
+
+# --- before anything runs --------------------------------------------------------------------
+
+def refuse_without_passwd_entry(runner: Any, pending: "Iterable[tuple[str, str, str]]") -> None:
+    """A uid without a passwd entry (docker run --user 12345) cannot use sudo ("you do not
+    exist in the passwd database"), nor ssh-keygen ("No user exists for uid 12345") or sshd.
+    pending: (as, check, id) of the steps about to run. Those that go through sudo or set up
+    SSH, and whose check does not already pass (a configured machine needs neither), are
+    refused now, before anything runs, rather than failing in the middle."""
+    import pwd
+
+    uid = os.geteuid()
+    if uid == 0:
+        return
+    try:
+        pwd.getpwuid(uid)
+        return
+    except KeyError:
+        pass
+    if any((runner.via_sudo(as_) or step_id.startswith("ssh/"))
+           and not (check and runner.check(as_, check)) for as_, check, step_id in pending):
+        raise BadInput(_("user id {uid} has no entry in /etc/passwd, and sudo, ssh-keygen and "
+                         "sshd refuse such a user, so these steps cannot run: start the "
+                         "container as root or as a named user, or add a passwd entry for uid "
+                         "{uid}; nothing was changed").format(uid=uid))
+
+
+def sudo_allows_bash() -> bool:
+    """Whether sudo, already opened, lets this user run bash as root without a password
+    again: every root step is `sudo -n -- bash ...`."""
+    try:
+        return subprocess.run(["sudo", "-n", "-l", "bash"], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def sudo_once(needed: bool, sudo: str, ask: Callable[[], bool],
+              allows_bash: Callable[[], bool] = sudo_allows_bash) -> None:
+    """Open sudo once, before the run (apply, replay, undo), never inside it: each root step
+    then runs `sudo -n`, on the credentials this leaves. `ask` asks for the password (the
+    command line: `sudo -v` on the terminal; the wizard: the same with the screen suspended)
+    and says whether sudo accepted it. BadInput, with nothing changed, when it did not, or
+    when sudo's rules do not let bash run as root."""
+    if not (needed and sudo == "password"):
+        return
+    if not ask():
+        raise BadInput(_("sudo did not accept the password: nothing was changed"))
+    # The password opens sudo, but its rules may list some other commands only: ask now
+    # whether bash is allowed, not at the first root step.
+    if not allows_bash():
+        raise BadInput(_("sudo accepted the password but does not let you run bash as root, "
+                         "which every system step needs: ask an administrator, or use the "
+                         "preset image; nothing was changed"))
+
+
+# --- the run ------------------------------------------------------------------------------
+
+class Session:
+    """A plan's run (or a loaded record's undo). The lock is taken before the record is
+    written and held until the action ends; each resume takes it again.
+
+    runner    runs the steps' shell text (apply.ShellRunner, a test's fake)
+    lock      lock(machine=bool, directory=state_dir) -> context manager (lock.run_lock)
+    """
+
+    def __init__(self, plan: Any, facts: Any, runner: Any, *,
+                 record: Any = None, record_path: Optional[Path] = None,
+                 state_dir: Optional[Path] = None, record_name: str = "",
+                 lock: Optional[Callable[..., ContextManager[Any]]] = None) -> None:
+        self.plan = plan
+        self.facts = facts
+        self.runner = runner
+        self.record = record
+        self.status: Optional[str] = record.data.get("status") if record is not None else None
+        self._record_path = record_path
+        self._state_dir = state_dir
+        self._record_name = record_name
+        if lock is None:
+            from .lock import run_lock as lock
+        self._lock = lock
+        self._held: Optional[contextlib.ExitStack] = None
+
+    @classmethod
+    def of_record(cls, record: Any, runner: Any, **kw: Any) -> "Session":
+        """A session over a record already on disk (`undo --record`)."""
+        return cls(None, None, runner, record=record, **kw)
+
+    # which steps an action would run, as (as, check, id)
+    def _pending(self, action: str) -> "List[tuple[str, str, str]]":
+        from .apply import UNDO_STATUSES
+
+        if action == "undo":
+            return [(s["as"], "", "") for s in self.record.steps if s["status"] in UNDO_STATUSES]
+        if self.record is not None:
+            return [(s["as"], s.get("check", ""), s["id"]) for s in self.record.steps
+                    if s["status"] not in ("done", "skipped")]
+        return [(s.as_, s.check, s.id) for s in self.plan.steps if not s.satisfied]
+
+    def needs_machine_lock(self, action: str = "apply") -> bool:
+        return any(as_ == "root" for as_, _c, _i in self._pending(action))
+
+    def preflight(self, action: str = "apply") -> None:
+        """What refuses an action before it changes anything, the sudo password apart."""
+        refuse_without_passwd_entry(self.runner, self._pending(action))
+
+    def goes_through_sudo(self, action: str = "apply") -> bool:
+        """Whether a step the action runs goes through sudo: then the password is asked
+        once, before it (sudo_once)."""
+        return any(self.runner.via_sudo(as_) for as_, _c, _i in self._pending(action))
+
+    def begin(self) -> Any:
+        """The lock, then the record (created, never written over). Returns the record; the
+        lock stays held until the next run() ends, or release()."""
+        from .record import Record
+
+        self._acquire("apply")
+        try:
+            record = Record.new(self.plan, self.facts, self._record_path,
+                                base=self._state_dir, name=self._record_name)
+            record.save()  # creates it: a file that appeared there meanwhile is refused (2)
+        except BaseException:
+            self.release()
+            raise
+        self.record = record
+        return record
+
+    def run(self, action: str, sink: Callable[[object], None]) -> str:
+        """apply | retry | skip | undo, under the lock (taken now if begin() did not leave it
+        held). Returns the status the record ends with."""
+        from .apply import StepFinished, apply_record, skip_stopped_step, undo_record
+
+        if action not in ("apply",) + RESUMES:
+            raise ValueError(f"unknown action {action!r}")
+        if self.record is None:
+            raise RuntimeError("run() before begin()")
+        try:
+            if self._held is None:
+                self._acquire(action)
+            if action == "skip":
+                i = skip_stopped_step(self.record)
+                if i is not None:  # the front end draws it as any step's end
+                    step = self.record.steps[i]
+                    sink(StepFinished(i, step["id"], "user-skipped",
+                                      int(step.get("exit_code", 0) or 0), 0.0))
+            if action == "undo":
+                self.status = undo_record(self.record, self.runner, sink)
+            else:
+                self.status = apply_record(self.record, self.runner, sink)
+        finally:
+            self.release()
+        return self.status
+
+    def _acquire(self, action: str) -> None:
+        stack = contextlib.ExitStack()
+        stack.enter_context(self._lock(machine=self.needs_machine_lock(action),
+                                        directory=self._state_dir))
+        self._held = stack
+
+    def release(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held.close()
+
+    def exit_code(self, verified: Optional[bool] = None) -> int:
+        """0 done (and verified, when verified) or nothing run, or undone; 1 a step failed or
+        was skipped by the user, or the verification failed; 130 interrupted."""
+        code = {None: EXIT_OK, "done": EXIT_OK, "undone": EXIT_OK,
+                "interrupted": EXIT_INTERRUPTED}.get(self.status, EXIT_FAILED)
+        skipped = self.record is not None and any(
+            s["status"] == "user-skipped" for s in self.record.steps)
+        if self.status == "done" and (skipped or verified is False):
+            return EXIT_FAILED
+        return code
+
+
+# --- exports -------------------------------------------------------------------------------
+
+# What an exported file is for decides its mode, the same from both front ends. They hold no
+# secret (no key material: tests/test_security.py) and are meant to be copied to the other
+# instances, into an image, into a repository: readable by all, executable when a program.
+SCRIPT_MODE, TEXT_MODE = 0o755, 0o644
+
+
+@dataclass(frozen=True)
+class ExportFile:
+    path: Path
+    text: str
+
+    @property
+    def mode(self) -> int:
+        return SCRIPT_MODE if self.text.startswith("#!") else TEXT_MODE
+
+
+class ExportExists(BadInput):
+    """Files are already at the export's names: nothing was written. The wizard asks the user
+    and writes again with force; the command line says --force."""
+
+    def __init__(self, paths: Sequence[Path]) -> None:
+        self.paths = tuple(paths)
+        super().__init__(_("{paths} already exists: add --force to replace it, or give another "
+                           "name; nothing was written").format(
+            paths=", ".join(str(p) for p in self.paths)))
+
+
+def export_files(plan: Any, fmt: str, path: Path) -> List[ExportFile]:
+    """Every file `fmt` needs, the named one first: a Dockerfile's build context (the setup
+    script it COPYs) goes beside it, or `docker build` fails at COPY."""
+    from .export import render_export
+
+    files = [ExportFile(path, render_export(plan, fmt))]
+    if fmt == "dockerfile":
+        from .dockerfile import companion_files
+
+        files += [ExportFile(path.parent / name, body)
+                  for name, body in companion_files(plan).items()]
+    return files
+
+
+def _check_target(path: Path) -> None:
+    if path.is_dir():
+        raise BadInput(_("{path} is a directory: give a file name").format(path=path))
+    if os.path.lexists(path) and not (stat.S_ISREG(os.lstat(path).st_mode)
+                                      or stat.S_ISLNK(os.lstat(path).st_mode)):
+        # a FIFO or a device: renaming over it would lose what it is (a link is replaced
+        # by the file, never written through)
+        raise BadInput(_("{path} is not a regular file: give the name of a file to write").format(
+            path=path))
+    if not path.parent.is_dir():
+        raise BadInput(_("directory {path} does not exist").format(path=path.parent))
+
+
+def _same(path: Path, text: str) -> bool:
+    """Already this export, byte for byte (a regular file, not a link): writing it again
+    replaces nothing a person made."""
+    try:
+        st = os.lstat(path)
+        return stat.S_ISREG(st.st_mode) and path.read_bytes() == text.encode("utf-8")
+    except OSError:
+        return False
+
+
+def write_export(plan: Any, fmt: str, path: Path, force: bool = False) -> List[Path]:
+    """Write every file of the export. Without force, anything already at one of the names
+    (a user's own ./Dockerfile, a link) that is not this very export refuses the whole export
+    (ExportExists) before a byte is written. The mode is set on each new file before it is
+    renamed into place: never a chmod of a path afterwards, never a write through a link."""
+    from .record import write_private
+
+    path = Path(path).expanduser()
+    _check_target(path)
+    files = export_files(plan, fmt, path)
+    taken = [f.path for f in files if os.path.lexists(f.path) and not _same(f.path, f.text)]
+    if taken and not force:
+        raise ExportExists(taken)
+    # the companions first: the named file appears only with its build context
+    for f in files[1:] + files[:1]:
+        try:
+            write_private(f.path, f.text.encode("utf-8"), mode=f.mode,
+                          exclusive=not force and f.path not in taken
+                          and not os.path.lexists(f.path))
+        except FileExistsError:  # appeared since the look above
+            raise ExportExists([f.path]) from None
+    return [f.path for f in files]
