@@ -10,6 +10,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Static
 
+from hpcwizard import vocab
 from hpcwizard.i18n import N_, _
 
 from .widgets import CoreCheck, WizardScreen
@@ -70,6 +71,14 @@ def ib_unavailable(facts: Any) -> str:
             else _("no InfiniBand port"))
 
 
+def radio_buttons(choice: "vocab.Choice", rdma_missing: bool = False) -> ComposeResult:
+    """A button for each of the choice's values (hpcwizard.vocab), its default pressed; a
+    value that needs RDMA is offered but cannot be pressed where no RDMA port is active."""
+    for value in choice.values:
+        yield RadioButton(_(value.label), value=value.id == choice.default,
+                          id=f"{choice.name}-{value.id}", disabled=value.rdma and rdma_missing)
+
+
 FIELDS = ("user", "ssh_port", "peers")
 FIELD_OF_ERROR = {"user": "user", "port": "ssh_port", "peers": "peers"}  # BadInput.field
 
@@ -79,7 +88,9 @@ class ChooseScreen(WizardScreen):
 
     BINDINGS = [
         Binding("ctrl+n", "next", "Next", priority=True),
-        Binding("escape", "back", "Back"),
+        # b, not only escape: JupyterLab's terminal gives a second quick escape to the page
+        Binding("b", "back", "Back"),
+        Binding("escape", "back", "Back", show=False),
     ]
 
     SUB_TITLE = N_("2/6 Choose")
@@ -92,13 +103,11 @@ class ChooseScreen(WizardScreen):
             with Horizontal(classes="field"):
                 yield Label(_("Framework"), classes="field-label")
                 with RadioSet(id="framework", classes="inline"):
-                    yield RadioButton("MPI", value=True, id="framework-mpi")
-                    yield RadioButton("PyTorch", id="framework-pytorch")
+                    yield from radio_buttons(vocab.FRAMEWORK)
             with Horizontal(classes="field"):
                 yield Label(_("Network"), classes="field-label")
                 with RadioSet(id="network", classes="inline"):
-                    yield RadioButton("TCP", value=True, id="network-tcp")
-                    yield RadioButton("InfiniBand", id="network-ib", disabled=bool(why_not_ib))
+                    yield from radio_buttons(vocab.NETWORK, rdma_missing=bool(why_not_ib))
             yield Static(_("InfiniBand unavailable: {why}").format(why=why_not_ib) if why_not_ib
                          else _("InfiniBand: {ports} active").format(
                              ports=", ".join(p.name for p in facts.active_ports)),
@@ -112,15 +121,14 @@ class ChooseScreen(WizardScreen):
                          classes="hint")
             with Horizontal(classes="field"):
                 yield Label(_("SSH port"), classes="field-label")
-                yield Input("2222", id="ssh_port", compact=True, max_length=5,
+                yield Input(str(vocab.DEFAULT_SSH_PORT), id="ssh_port", compact=True, max_length=5,
                             validators=[CoreCheck(_port)], validate_on=["changed", "submitted"])
             yield Static(_("sshd between the instances listens here."), id="ssh_port-hint",
                          classes="hint")
             with Horizontal(classes="field"):
                 yield Label(_("Host keys"), classes="field-label")
                 with RadioSet(id="host_keys", classes="inline"):
-                    yield RadioButton(_("pinned (safe)"), value=True, id="host_keys-pinned")
-                    yield RadioButton(_("off (as the guide)"), id="host_keys-off")
+                    yield from radio_buttons(vocab.HOST_KEYS)
             peers, peers_hint, peers_warn = derived_peers(facts)
             with Horizontal(classes="field"):
                 yield Label(_("Instances"), classes="field-label")
@@ -130,7 +138,7 @@ class ChooseScreen(WizardScreen):
                          classes="hint" + (" warn" if peers_warn else ""))
             yield Static("", id="choose-error", classes="hint error")
         with Horizontal(classes="buttons"):
-            yield Button(_("Back (esc)"), id="back", compact=True)
+            yield Button(_("Back (b)"), id="back", compact=True)
             yield Button(_("Next (ctrl+n)"), id="next", variant="primary", compact=True)
 
     def on_mount(self) -> None:

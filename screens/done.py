@@ -55,7 +55,9 @@ class DoneScreen(WizardScreen):
     """6. The result, and the files to keep."""
 
     BINDINGS = [
-        Binding("escape", "back", "Back"),
+        # b, not only escape: JupyterLab's terminal gives a second quick escape to the page
+        Binding("b", "back", "Back"),
+        Binding("escape", "back", "Back", show=False),
         Binding("w", "write", "Write export"),
         Binding("v", "verify", "Verify"),
         Binding("q", "quit_done", "Quit"),
@@ -78,6 +80,7 @@ class DoneScreen(WizardScreen):
         self.verified_hosts: Any = None
         self.started = False
         self.scroll_pending = False  # scroll the failures into view when laid out
+        self.export_kept = ("", "")  # the format chosen and the file name typed, across F2
 
     @property
     def can_verify(self) -> bool:
@@ -96,7 +99,8 @@ class DoneScreen(WizardScreen):
             else:
                 yield Static(self.result_text(), id="done-summary")
                 default = "setup"
-            yield ExportPanel(self.plan, default=default, id="done-export")
+            fmt, path = self.export_kept
+            yield ExportPanel(self.plan, default=fmt or default, path=path, id="done-export")
             if self.can_verify:
                 with Horizontal(classes="verify-row"):
                     yield Label(_("Verify"), classes="field-label")
@@ -109,20 +113,25 @@ class DoneScreen(WizardScreen):
                 yield VerifyResults(self.verify_text(), id="verify-results")
         with Horizontal(classes="buttons"):
             if self.record is None:
-                yield Button(_("Back (esc)"), id="back", compact=True)
+                yield Button(_("Back (b)"), id="back", compact=True)
             yield Button(_("Quit (q)"), id="quit", compact=True)
 
     def on_mount(self) -> None:
-        self.query_one("#export-write", Button).focus()
+        # Enter writes; the view stays at the top, where the image or the outcome is (on a
+        # short terminal, scrolling to the button would hide it)
+        self.query_one("#export-write", Button).focus(scroll_visible=False)
         if not self.started and self.can_verify:
             self.started = True
             self.action_verify()  # a finished run: does it work?
 
     async def refresh_language(self) -> None:
-        """Drawn again in the other language, keeping the hosts typed. The checks already
-        shown keep the language they were made in; Verify again makes them anew."""
+        """Drawn again in the other language, keeping the hosts typed and the export's
+        format and file name. The checks already shown keep the language they were made in;
+        Verify again makes them anew."""
         if self.can_verify:
             self.hosts_text = self.query_one("#verify-hosts", Input).value
+        panel = self.query_one(ExportPanel)
+        self.export_kept = (panel.fmt, panel.path)
         await self.recompose()
         self.after_language()
 

@@ -20,7 +20,9 @@ class RecommendScreen(WizardScreen):
     BINDINGS = [
         Binding("p", "preset", "Use preset"),
         Binding("c", "configure", "Configure here"),
-        Binding("escape", "back", "Back"),
+        # b, not only escape: JupyterLab's terminal gives a second quick escape to the page
+        Binding("b", "back", "Back"),
+        Binding("escape", "back", "Back", show=False),
     ]
 
     SUB_TITLE = N_("3/6 Recommend")
@@ -58,7 +60,7 @@ class RecommendScreen(WizardScreen):
             if plan.warnings:
                 yield Static(bullet_text(plan.warnings, style="red"), id="recommend-warnings")
         with Horizontal(classes="buttons"):
-            yield Button(_("Back (esc)"), id="back", compact=True)
+            yield Button(_("Back (b)"), id="back", compact=True)
             yield Button(_("Use preset image (p)"), id="preset", compact=True,
                          variant="primary" if rec.path == "preset" else "default",
                          disabled=preset is None)

@@ -75,7 +75,9 @@ class ReviewScreen(WizardScreen):
     BINDINGS = [
         Binding("r", "run", "Run"),
         Binding("e", "export", "Export"),
-        Binding("escape", "back", "Back"),
+        # b, not only escape: JupyterLab's terminal gives a second quick escape to the page
+        Binding("b", "back", "Back"),
+        Binding("escape", "back", "Back", show=False),
     ]
 
     SUB_TITLE = N_("4/6 Review")
@@ -95,7 +97,7 @@ class ReviewScreen(WizardScreen):
         with VerticalScroll(id="review-detail-box"):
             yield Static("", id="review-detail")
         with Horizontal(classes="buttons"):
-            yield Button(_("Back (esc)"), id="back", compact=True)
+            yield Button(_("Back (b)"), id="back", compact=True)
             yield Button(_("Export (e)"), id="export", compact=True)
             yield Button(_("Run these steps (r)"), id="run", variant="primary", compact=True,
                          disabled=not self.plan.steps)

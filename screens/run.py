@@ -8,7 +8,7 @@ from typing import Any, List, Optional, Sequence
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Log, ProgressBar, Static
 
 from hpcwizard.i18n import N_, _, field
@@ -72,7 +72,7 @@ class RunScreen(WizardScreen):
             yield ProgressBar(total=len(self.titles), show_eta=False, id="run-progress")
             yield Static("", id="run-elapsed")
         yield Log(id="run-log", highlight=False, auto_scroll=True)
-        with Vertical(id="run-failure"):
+        with VerticalScroll(id="run-failure"):  # a long diagnosis scrolls on a short terminal
             yield Static("", id="run-diagnosis")
         yield Static("", id="run-message")
         with Horizontal(classes="buttons", id="run-buttons"):

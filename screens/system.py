@@ -125,10 +125,10 @@ def warnings_text(facts: Any) -> Text:
     text = Text()
     for w in facts.warnings:
         text.append("! ", style="bold red")
-        text.append(f"{w}\n", style="red")
+        text.append(f"{w.shown()}\n", style="red")
     for n in facts.notes:
         text.append("- ", style="dim")
-        text.append(f"{n}\n", style="dim")
+        text.append(f"{n.shown()}\n", style="dim")
     text.rstrip()
     return text
 

@@ -10,6 +10,7 @@ from typing import Callable, Iterable, List, Optional, Tuple
 
 from hpcwizard.facts import (Facts, Gpu, Hca, Iface, OsInfo, Port, Rdma, Runtime, Software,
                              UserInfo)
+from hpcwizard.detect.notes import note
 
 UBUNTU = OsInfo(id="ubuntu", version_id="22.04", pretty_name="Ubuntu 22.04.4 LTS",
                 id_like=("debian",), family="debian", package_manager="apt")
@@ -59,7 +60,7 @@ def bare_container() -> Facts:
         ifaces=(Iface("eth0", "UP", "02:42:ac:11:00:03", ("172.17.0.3/16",)),),
         software=Software(packages={}),
         mirrors_reachable=True,
-        notes=("nvidia-smi was not found: no NVIDIA driver in this container.",),
+        notes=(note("gpu.none"),),
     )
 
 
@@ -82,6 +83,9 @@ class FakeRunner:
         self.line = line or (lambda text, k: f"{text.strip().splitlines()[0][:50]} ... {k}")
         self.calls: List[Tuple[str, str, str]] = []
         self._just_ran = False
+
+    def via_sudo(self, as_: str) -> bool:
+        return as_ == "root"  # as for a user, the facts' sudo kind says whether it asks
 
     def check(self, as_: str, text: str) -> bool:
         self.calls.append(("check", as_, text))
@@ -131,12 +135,33 @@ def make_app(tmp_path: Path, facts=None, runner=None, **kw):
                      record_name="test-record.toml", **kw)
 
 
-async def wait_for(pilot, cond: Callable[[], bool], timeout: float = 10.0) -> None:
+# Only bounds a failure: a loaded machine (the full suite beside other work) can take many
+# seconds for what takes milliseconds alone, and a passing test never waits this long.
+WAIT_TIMEOUT = 90.0
+
+
+async def wait_for(pilot, cond: Callable[[], bool], timeout: float = WAIT_TIMEOUT,
+                   what: str = "") -> None:
+    """Until cond() holds: each round lets the app handle what is queued (pilot.pause()
+    without a delay waits for the screen's messages and for the process to go idle), so the
+    test waits for a state, never for a fixed time."""
     end = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > end:
-            raise AssertionError("timed out waiting for the app")
-        await pilot.pause(0.02)
+            raise AssertionError(f"timed out after {timeout:g} s waiting for "
+                                 f"{what or 'the app'}")
+        await pilot.pause()
+
+
+def nothing_pending(app) -> bool:
+    """No message waits in the App or in any widget of the screen: what was typed has been
+    handled to the end (an Input's Changed bubbles up widget by widget, each a new message)."""
+    nodes = [app, *app.screen.walk_children(with_self=True)]
+    return all(node._message_queue.empty() for node in nodes)
+
+
+async def until_handled(pilot) -> None:
+    await wait_for(pilot, lambda: nothing_pending(pilot.app), what="the app to handle its queue")
 
 
 def name(app) -> str:

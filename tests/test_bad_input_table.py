@@ -382,7 +382,7 @@ def test_tui_field_refuses(case: str, tmp_path: Path) -> None:
     pytest.importorskip("textual")
     from textual.widgets import Input, Static
 
-    from _tui_fixtures import FakeRunner, make_app, text_of, to_choose, wait_for
+    from _tui_fixtures import FakeRunner, make_app, text_of, to_choose, until_handled, wait_for
 
     field, value, words = TUI_CASES[case]
     runner = FakeRunner()
@@ -398,16 +398,14 @@ def test_tui_field_refuses(case: str, tmp_path: Path) -> None:
             await pilot.press("end", *["backspace"] * len(widget.value))
             await pilot.press(*value)
             await wait_for(pilot, lambda: widget.value == value)
-            await pilot.pause()
+            await until_handled(pilot)  # each key's Changed reached the screen
             hint = app.screen.query_one(f"#{field}-hint", Static)
             hint.update("")  # what the field says from here on is what ctrl+n made of it
             await pilot.press("ctrl+n")
-            try:  # waits for the state, not for a fixed time: refused, or moved on
-                await wait_for(pilot, lambda: bool(text_of(hint).strip())
-                               or type(app.screen).__name__ != "ChooseScreen"
-                               or app.plan is not None)
-            except AssertionError:
-                pass  # the asserts below say what the field shows
+            # the state, not a time: refused at the field, or moved on
+            await wait_for(pilot, lambda: bool(text_of(hint).strip())
+                           or type(app.screen).__name__ != "ChooseScreen"
+                           or app.plan is not None, what=f"{case}: an answer to ctrl+n")
             return type(app.screen).__name__, text_of(hint), app.plan
 
     screen, hint, plan = asyncio.run(go())
@@ -446,7 +444,7 @@ def test_done_hosts_field_refuses(case: str, tmp_path: Path) -> None:
     pytest.importorskip("textual")
     from textual.widgets import Input, Static
 
-    from _tui_fixtures import make_app, run_until, text_of, wait_for
+    from _tui_fixtures import make_app, run_until, text_of, until_handled, wait_for
     from _verify_fixtures import FakeSystem
 
     value, words = DONE_HOSTS_CASES[case]
@@ -464,16 +462,14 @@ def test_done_hosts_field_refuses(case: str, tmp_path: Path) -> None:
             field.focus()
             await pilot.press(*value)
             await wait_for(pilot, lambda: field.value == value)
-            await pilot.pause()
+            await until_handled(pilot)  # each key's Changed reached the screen
             hint = app.screen.query_one("#verify-hint", Static)
             hint.update("")  # what the hint says from here on is what enter made of it
             await pilot.press("enter")
-            try:  # waits for the state: refused, or a verification started
-                await wait_for(pilot, lambda: bool(text_of(hint).strip())
-                               or app.screen.verify_state == "running"
-                               or len(system.calls) > calls)
-            except AssertionError:
-                pass
+            # the state, not a time: refused, or a verification started
+            await wait_for(pilot, lambda: bool(text_of(hint).strip())
+                           or app.screen.verify_state == "running"
+                           or len(system.calls) > calls, what=f"{case}: an answer to enter")
             content = hint.content
             return (len(system.calls) - calls, text_of(hint),
                     str(getattr(content, "style", "")))
@@ -584,7 +580,9 @@ def test_sysroot_files_that_are_not_regular_are_unknown_not_a_hang(rel, kind, tm
     facts = json.loads(proc.stdout)
     if rel == "etc/os-release":
         assert facts["os"]["id"] == "unknown"
-        assert any("os-release" in n and "not a regular file" in n for n in facts["notes"])
+        # a note is its code, English text and arguments (hpcwizard.facts.Note.to_dict)
+        assert any(n["code"] == "os.refused" and "os-release" in n["text"]
+                   and "not a regular file" in n["text"] for n in facts["notes"]), facts["notes"]
     plan = subprocess.run([wizard_exe(), "plan", *MPI_TCP, "--sysroot", str(root)],
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=20,
                           env=env)

@@ -35,8 +35,7 @@ def test_f2_switches_choose_to_chinese_keeping_values(snap_compare):
         await pilot.click("#ssh_port")
         await pilot.press("end", "backspace", "backspace", "backspace", "backspace", *"2022")
         await pilot.press("f2")
-        await until(pilot, lambda: i18n.get_language() == "zh")
-        await pilot.pause(0.2)
+        await until(pilot, lambda: pilot.app.screen.sub_title == "2/6 选择")
         assert pilot.app.screen.query_one("#ssh_port", Input).value == "2022"
         await settle(pilot)
 
@@ -56,17 +55,15 @@ async def _f2_back_and_forth() -> None:
         zh_reasons = app.plan.recommendation.reasons
         assert any("root" in r and "您" in r for r in zh_reasons)
         await pilot.press("f2")
-        await pilot.pause(0.2)
+        await until(pilot, lambda: app.screen.sub_title == "3/6 Recommend")
         assert i18n.get_language() == "en"
         assert app.screen.plan is app.plan
         assert any(r.startswith("You are root") for r in app.plan.recommendation.reasons)
         await pilot.press("escape")  # Choose, drawn in English when shown again
         await until(pilot, screen_is(pilot, "ChooseScreen"))
-        await pilot.pause(0.2)
         assert app.screen.sub_title == "2/6 Choose"
         await pilot.press("f2")
-        await pilot.pause(0.2)
-        assert app.screen.sub_title == "2/6 选择"
+        await until(pilot, lambda: app.screen.sub_title == "2/6 选择")
 
 
 def test_f2_on_done_keeps_the_hosts_and_the_results(monkeypatch):
@@ -89,12 +86,92 @@ async def _f2_on_done() -> None:
         before = [(c.id, c.status) for c in done.checks]
         assert ("peer/node2/port", "fail") in before
         await pilot.press("f2")
-        await until(pilot, lambda: i18n.get_language() == "en")
-        await pilot.pause(0.2)
-        assert app.screen is done and done.sub_title == "6/6 Done"
+        await until(pilot, lambda: done.sub_title == "6/6 Done")
+        assert app.screen is done
         assert done.query_one("#verify-hosts", Input).value == "node1"
         assert [(c.id, c.status) for c in done.checks] == before
         shown = text_of(done.query_one("#verify-results"))
         assert "1 failed" in shown and "node2" in shown
         assert done.verify_state == "ended" and app.verifying is None  # not started again
 
+
+
+def _cjk(text: str) -> bool:
+    return any("\u4e00" <= ch <= "\u9fff" for ch in text)
+
+
+def _all_drawn_in(app, lang: str) -> bool:
+    from hpcwizard.screens.widgets import WizardScreen
+
+    return i18n.get_language() == lang and all(
+        s.shown_language == lang for s in app.screen_stack if isinstance(s, WizardScreen))
+
+
+@pytest.mark.parametrize("via", ["preset", "review"])
+def test_f2_further_on_then_back_recommend_is_all_in_the_new_language(via):
+    """F2 on the preset path's Done or on Review, then back: Recommend's heading AND its
+    reasons in the new language (its plan is not the one the later screen holds)."""
+    import asyncio
+
+    i18n.set_language("en")
+    asyncio.run(_f2_further_on_then_back(via))
+
+
+async def _f2_further_on_then_back(via: str) -> None:
+    app = app_for("gpu_ib" if via == "preset" else "bare")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await go_recommend(pilot, ib=via == "preset")
+        recommend = app.screen
+        assert not any(_cjk(r) for r in recommend.plan.recommendation.reasons)
+        await pilot.press("p" if via == "preset" else "c")
+        await until(pilot, screen_is(pilot, "DoneScreen" if via == "preset" else "ReviewScreen"))
+        assert app.screen.plan is not recommend.plan
+        await pilot.press("f2")
+        await until(pilot, lambda: _all_drawn_in(app, "zh"), what="every screen in Chinese")
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is recommend)
+        assert _cjk(recommend.sub_title)
+        reasons = recommend.plan.recommendation.reasons
+        assert reasons and all(_cjk(r) for r in reasons), reasons
+        shown = text_of(recommend.query_one("#recommend-reasons"))
+        assert all(r[:12] in shown.replace("\n", "") for r in reasons) or _cjk(shown), shown
+        assert not any(r in shown for r in ("You are", "The preset image"))
+
+
+def test_f2_on_the_preset_path_keeps_the_format_and_the_file_name(tmp_path, monkeypatch):
+    """Setup script chosen and a file name typed on the preset path's Done; F2; then `w`
+    writes the setup script to that name (not the launch script to its default)."""
+    import asyncio
+
+    monkeypatch.chdir(tmp_path)
+    i18n.set_language("en")
+    asyncio.run(_f2_keeps_the_export(tmp_path))
+
+
+async def _f2_keeps_the_export(tmp_path) -> None:
+    from textual.widgets import RadioSet
+
+    app = app_for("gpu_ib")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await go_recommend(pilot, ib=True)
+        await pilot.press("p")
+        await until(pilot, screen_is(pilot, "DoneScreen"))
+        done = app.screen
+        await pilot.click("#fmt-setup")
+        await until(pilot, lambda: done.query_one("#export-format", RadioSet).pressed_index == 0)
+        path = done.query_one("#export-path", Input)
+        assert path.value == "./hpcwizard-setup.sh"  # the default followed the format
+        path.value = "./mine.sh"
+        await pilot.press("f2")
+        await until(pilot, lambda: _all_drawn_in(app, "zh"), what="Done in Chinese")
+        formats = done.query_one("#export-format", RadioSet)
+        assert formats.pressed_button is not None and formats.pressed_button.id == "fmt-setup"
+        assert done.query_one("#export-path", Input).value == "./mine.sh"
+        await until(pilot, lambda: done.focused is not None
+                    and done.focused.id == "export-write", what="Write focused")
+        await pilot.press("w")
+        await until(pilot, (tmp_path / "mine.sh").exists, what="the file written")
+        text = (tmp_path / "mine.sh").read_text()
+        assert "'hpcwizard apply'" in text.splitlines()[1]  # the setup script's header
+        assert not (tmp_path / "hpcwizard-launch.sh").exists()
+        assert not (tmp_path / "hpcwizard-setup.sh").exists()

@@ -16,7 +16,7 @@ pytest.importorskip("pytest_textual_snapshot")
 
 from textual.widgets import Input  # noqa: E402
 
-from _tui_fixtures import FakeRunner, bare_container, gpu_ib  # noqa: E402
+from _tui_fixtures import WAIT_TIMEOUT, FakeRunner, bare_container, gpu_ib, wait_for  # noqa: E402
 from _verify_fixtures import FakeSystem  # noqa: E402
 from hpcwizard import i18n  # noqa: E402
 from hpcwizard.catalog import load_catalog  # noqa: E402
@@ -61,14 +61,10 @@ def app_for(facts_key: str, runner=None, peers=None) -> WizardApp:
                      verify_system=FakeSystem(peers or {}))
 
 
-async def until(pilot, cond, timeout: float = 10.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < end, "timed out"
-        await pilot.pause(0.02)
+until = wait_for  # the name these tests (and test_tui_f2.py) use
 
 
-async def settle(pilot, timeout: float = 20.0) -> None:
+async def settle(pilot, timeout: float = WAIT_TIMEOUT) -> None:
     """Until the screen stops changing: layout, scrolling and scrollbars catch up with the
     last update at the machine's own pace (a loaded CI machine is slow), so the snapshot
     waits for the state, not for a fixed time."""
@@ -243,3 +239,84 @@ def test_keys_help(snap_compare):
         await settle(pilot)
 
     assert snap_compare(app_for("bare"), run_before=run_before)
+
+
+# --- the smallest terminal: 60x12 (a JupyterLab terminal in a side panel) ------------------
+
+SMALL = (60, 12)
+
+
+def _fits(pilot) -> None:
+    """Usable: the footer on the last row, the screen's buttons (its bottom row; the body's
+    scroll into view) inside the screen, whole."""
+    from textual.widgets import Button, Footer
+
+    screen = pilot.app.screen
+    width, height = SMALL
+    assert screen.query_one(Footer).region.y == height - 1
+    for button in screen.query(".buttons Button").results(Button):
+        if button.display:
+            r = button.region
+            assert r.x >= 0 and r.right <= width and r.bottom <= height - 1, (button.id, r)
+            assert r.width >= len(str(button.label)) or i18n.get_language() == "zh", button.id
+
+
+async def _walk_small(pilot, where: str) -> None:
+    if where == "system":
+        await until(pilot, screen_is(pilot, "SystemScreen"))
+        await until(pilot, lambda: pilot.app.screen.ready)
+    elif where == "choose":
+        await go_choose(pilot)
+    elif where == "recommend":
+        await go_recommend(pilot)
+    elif where == "preset":
+        await go_recommend(pilot, ib=True)
+        await pilot.press("p")
+        await until(pilot, screen_is(pilot, "DoneScreen"))
+    elif where == "review":
+        await go_review(pilot)
+    elif where == "run":
+        await go_run(pilot)
+    elif where == "done":
+        await go_done(pilot)
+    await settle(pilot)
+    _fits(pilot)
+    screen = pilot.app.screen
+    if where == "preset":  # opens at the top: the image to start from is in view
+        body = screen.query_one("#done-body")
+        assert body.scroll_y == 0
+        summary = screen.query_one("#done-summary")
+        assert summary.region.y < SMALL[1] - 1 and summary.region.y >= 1
+    if where == "run":  # the log and Continue keep rows of their own
+        assert screen.query_one("#run-log").region.height >= 2
+        assert screen.query_one("#continue").region.height == 1
+    if where == "review":  # the detail of the step keeps rows beside the list
+        assert screen.query_one("#review-detail-box").region.height >= 3
+
+
+@pytest.mark.parametrize("where", ["system", "choose", "recommend", "preset", "review", "run",
+                                   "done"])
+def test_every_screen_at_60x12(snap_compare, where):
+    async def run_before(pilot):
+        await _walk_small(pilot, where)
+
+    app = app_for("gpu_ib" if where == "preset" else "bare")
+    assert snap_compare(app, terminal_size=SMALL, run_before=run_before)
+
+
+def test_preset_at_62x16_shows_whole_labels(snap_compare):
+    """Where JupyterLab showed "Configure here (c)" cut and the format as "Launch"."""
+    async def run_before(pilot):
+        await go_recommend(pilot, ib=True)
+        from textual.widgets import Button
+
+        configure = pilot.app.screen.query_one("#configure", Button)
+        assert configure.region.right <= 62 and configure.region.width >= len(
+            str(configure.label))
+        await pilot.press("p")
+        await until(pilot, screen_is(pilot, "DoneScreen"))
+        await settle(pilot)
+        launch = pilot.app.screen.query_one("#fmt-launch")
+        assert launch.region.right <= 62 and launch.region.width >= len(str(launch.label)) + 4
+
+    assert snap_compare(app_for("gpu_ib"), terminal_size=(62, 16), run_before=run_before)

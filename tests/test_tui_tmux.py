@@ -28,23 +28,33 @@ class Tmux:
         return subprocess.run(["tmux", "-L", self.socket, *args], check=True, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=10).stdout
 
-    def screen(self) -> str:
-        return self("capture-pane", "-p", "-t", self.session)
+    def screen(self, styles: bool = False) -> str:
+        return self("capture-pane", "-p", *(["-e"] if styles else []), "-t", self.session)
 
-    def wait_for(self, text: str, timeout: float = 20.0) -> str:
+    def wait_for(self, text: str, timeout: float = 90.0) -> str:
+        return self.wait_until(lambda shown: text in shown, repr(text), timeout)
+
+    def wait_until(self, cond, what: str, timeout: float = 90.0, styles: bool = False) -> str:
+        """Until the pane shows what cond() accepts. The time-out only bounds a failure;
+        the poll is tmux's (there is no event to wait on from outside the terminal)."""
         end = time.monotonic() + timeout
         shown = ""
         while time.monotonic() < end:
-            shown = self.screen()
-            if text in shown:
+            shown = self.screen(styles)
+            if cond(shown):
                 return shown
-            time.sleep(0.1)
-        raise AssertionError(f"{text!r} did not appear within {timeout:g} s; the screen:\n{shown}")
+            time.sleep(0.05)
+        raise AssertionError(f"{what} did not appear within {timeout:g} s; the screen:\n{shown}")
 
     def keys(self, *keys: str) -> None:
+        """One at a time, each once the screen shows it was handled (its colours count: a
+        focus move changes only those), so that no key lands on a screen still being set
+        up. Each key used here changes what is shown."""
         for key in keys:
+            before = self.screen(styles=True)
             self("send-keys", "-t", self.session, key)
-            time.sleep(0.15)
+            self.wait_until(lambda shown: shown != before, f"the answer to {key}",
+                            styles=True)
 
     def kill(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], stdout=subprocess.DEVNULL,
@@ -89,3 +99,32 @@ def test_headline_flow_in_tmux_writes_the_launch_script(tmux, tmp_path):
     tmux.keys("q")
     tmux.wait_for("HPCWIZARD-EXIT=0")
     assert not (state / "records").exists()  # nothing ran
+
+
+def test_the_screen_follows_resizes_with_columns_and_lines_set(tmux, tmp_path):
+    """JupyterLab's terminal exports COLUMNS and LINES: the wizard must still follow the
+    window (shrunk: the footer on the last row, not a blank screen; grown: the new size)."""
+    facts = write_facts(gpu_ib(sudo="none"), tmp_path / "facts.json")
+    command = (f"env COLUMNS=80 LINES=24 HPCWIZARD_FACTS={facts} "
+               f"HPCWIZARD_STATE_DIR={tmp_path / 'state'} hpcwizard; sleep 60")
+    tmux("new-session", "-d", "-s", tmux.session, "-x", "80", "-y", "24", "-c", str(tmp_path),
+         command)
+    tmux.wait_for("1/6 System")
+
+    title = "hpcwizard — 1/6 System"
+
+    def laid_out(columns: int, rows: int):
+        def cond(shown: str) -> bool:
+            lines = shown.split("\n")[:rows]
+            if len(lines) < rows or title not in lines[0]:
+                return False
+            # the header's title centred in the new width; the Next button on the row above
+            # the footer, whose keys are on the last row (the old size puts both elsewhere)
+            middle = lines[0].index(title) + len(title) / 2
+            return (abs(middle - columns / 2) <= 2 and "Next" in lines[rows - 2]
+                    and "Quit" in lines[rows - 1])
+        return cond
+
+    for columns, rows in ((60, 12), (100, 30), (80, 24)):
+        tmux("resize-window", "-t", tmux.session, "-x", str(columns), "-y", str(rows))
+        tmux.wait_until(laid_out(columns, rows), f"the screen at {columns}x{rows}")

@@ -169,6 +169,48 @@ class SshDir:
         return bool(self.mounted) or self.read_only
 
 
+class Note(str):
+    """A note or warning of detection, as a message. The str is its English text (what logs,
+    `in` checks and older readers of the facts see); code names the message and args fill
+    it in, so that shown() gives it in the chosen language (the texts: hpcwizard.detect.
+    notes). code "": a text from elsewhere (an older facts file), shown as it is.
+    A str rather than a dataclass so that every reader of Facts.notes keeps working."""
+
+    code: str
+    args: Dict[str, Any]
+
+    def __new__(cls, text: str, code: str = "", args: Optional[Dict[str, Any]] = None) -> "Note":
+        self = super().__new__(cls, text)
+        object.__setattr__(self, "code", code)
+        object.__setattr__(self, "args", dict(args or {}))
+        return self
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("a Note does not change")
+
+    def __reduce__(self) -> Any:  # copy, deepcopy (dataclasses.asdict) and pickle
+        return (Note, (str(self), self.code, dict(self.args)))
+
+    def shown(self) -> str:
+        """The message in the chosen language."""
+        from .detect.notes import shown
+
+        return shown(self)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"code": self.code, "text": str(self), "args": dict(self.args)}
+
+    @classmethod
+    def from_value(cls, value: Any) -> "Note":
+        """From to_dict()'s form, a plain text (older facts), or a Note."""
+        if isinstance(value, Note):
+            return value
+        if isinstance(value, dict):
+            return cls(str(value.get("text", "")), str(value.get("code", "")),
+                       value.get("args") if isinstance(value.get("args"), dict) else None)
+        return cls(str(value))
+
+
 @dataclass(frozen=True)
 class Facts:
     os: OsInfo = field(default_factory=OsInfo)
@@ -189,8 +231,13 @@ class Facts:
     mirrors: Tuple[str, ...] = ()
     mirrors_proxy: str = ""  # host:port of the http(s) proxy probed instead, "" for none
     mirrors_reachable: Optional[bool] = None
-    notes: Tuple[str, ...] = ()  # why something is unknown, in plain words
-    warnings: Tuple[str, ...] = ()  # what will break a job
+    notes: Tuple[Note, ...] = ()  # why something is unknown, in plain words
+    warnings: Tuple[Note, ...] = ()  # what will break a job
+
+    def __post_init__(self) -> None:
+        # plain texts (fixtures, older facts files) become Notes: every reader can shown()
+        for name in ("notes", "warnings"):
+            object.__setattr__(self, name, tuple(Note.from_value(v) for v in getattr(self, name)))
 
     def mirrors_tried(self) -> str:
         """The mirrors the probe tried, as a person reads them: the first four, and the
@@ -207,7 +254,11 @@ class Facts:
         return tuple(p for h in self.hcas if not h.software for p in h.ports if p.active)
 
     def to_dict(self) -> Dict[str, Any]:
-        return dataclasses.asdict(self)
+        """JSON's form: a note or warning as its code, English text and arguments."""
+        data = dataclasses.asdict(self)
+        data["notes"] = [n.to_dict() for n in self.notes]
+        data["warnings"] = [w.to_dict() for w in self.warnings]
+        return data
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "Facts":
@@ -237,6 +288,8 @@ def _coerce(tp: Any, value: Any) -> Any:
     args = typing.get_args(tp)
     if dataclasses.is_dataclass(tp):
         return _build(tp, value)
+    if tp is Note:
+        return Note.from_value(value)
     if origin is tuple:
         inner = args[0]
         return tuple(_coerce(inner, v) for v in value)

@@ -9,10 +9,13 @@ from __future__ import annotations
 import glob
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
+from ..facts import Note
 from ..inputs import SMALL_FILE_LIMIT, read_bytes
 from ..validate import BadInput
+from ..vocab import DEFAULT_SSH_PORT
+from .notes import note
 from .run import Result, run
 
 # procfs tables that grow with the machine (a line per CPU, socket, route or address)
@@ -24,7 +27,7 @@ class Context:
     sysroot: str = "/"
     run_commands: bool = True
     timeout: float = 5.0
-    ssh_port: int = 2222
+    ssh_port: int = DEFAULT_SSH_PORT
     # Whether to list Open MPI's components (ompi_info: a quarter of a second, for the UCX
     # pml that only MPI over InfiniBand needs). A plan for TCP does without them.
     mpi_components: bool = True
@@ -102,14 +105,16 @@ class Found:
     """What one probe learned. Keys are Facts fields ("cpus") or dotted ("software.mpi_version")."""
 
     values: Dict[str, Any] = field(default_factory=dict)
-    notes: List[str] = field(default_factory=list)
-    warnings: List[str] = field(default_factory=list)
+    notes: List[Note] = field(default_factory=list)
+    warnings: List[Note] = field(default_factory=list)
 
     def set(self, key: str, value: Any) -> None:
         self.values[key] = value
 
-    def note(self, text: str) -> None:
-        self.notes.append(text)
+    def note(self, code: Union[str, Note], **args: Any) -> None:
+        """Why something is unknown: a code of hpcwizard.detect.notes and what fills it in."""
+        self.notes.append(code if isinstance(code, Note) else note(code, **args))
 
-    def warn(self, text: str) -> None:
-        self.warnings.append(text)
+    def warn(self, code: Union[str, Note], **args: Any) -> None:
+        """What will break a job, the same way."""
+        self.warnings.append(code if isinstance(code, Note) else note(code, **args))

@@ -7,14 +7,17 @@ escapes detect(). Wall time is that of the slowest probe, not the sum.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
-from concurrent.futures import ThreadPoolExecutor, wait
+import shlex
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from ..facts import Facts
-from . import gpu, hardware, mirrors, net, os_release, rdma, runtime, software, ssh_dir, user
+from ..facts import Facts, Note
+from ..i18n import N_
+from ..vocab import DEFAULT_SSH_PORT
 from .base import Context, Found
+from .notes import note
 from .run import CommandTimeout
 
 
@@ -25,26 +28,38 @@ NO_COMMANDS_NOTE = "Commands were not run"
 @dataclass(frozen=True)
 class Probe:
     name: str
-    label: str  # what it finds out, as it reads in a note: "the GPUs"
+    label: str  # what it finds out, as it reads in a note: "the GPUs" (a msgid: N_)
     func: Callable[[Context, Found], None]
 
 
+def lazy(module: str, name: str = "probe") -> Callable[[Context, Found], None]:
+    """The probe function `name` of hpcwizard.detect.<module>, imported when it first runs.
+    Importing hpcwizard.detect (for detect.user, say) then loads no probe, and in detect()
+    each probe's import runs in its own thread, beside the programs other probes have
+    already started, instead of all of them before the first program starts."""
+    def probe(ctx: Context, found: Found) -> None:
+        getattr(importlib.import_module(f"{__package__}.{module}"), name)(ctx, found)
+
+    probe.__qualname__ = f"{module}.{name}"
+    return probe
+
+
 PROBES: Sequence[Probe] = (
-    Probe("os", "the distribution", os_release.probe),
-    Probe("user", "the user and their sudo rights", user.probe),
-    Probe("runtime", "the container and PID 1", runtime.probe),
-    Probe("hostname", "the host name", runtime.probe_hostname),
-    Probe("hardware", "CPUs and memory", hardware.probe),
-    Probe("net", "the network interfaces", net.probe),
-    Probe("rdma", "the RDMA devices", rdma.probe),
-    Probe("gpu", "the GPUs", gpu.probe),
-    Probe("ssh", "SSH", software.probe_ssh),
-    Probe("ssh_dir", "the SSH directory", ssh_dir.probe),
-    Probe("mpi", "MPI", software.probe_mpi),
-    Probe("ucx", "UCX", software.probe_ucx),
-    Probe("torch", "PyTorch", software.probe_torch),
-    Probe("packages", "the installed packages", software.probe_packages),
-    Probe("mirrors", "the package mirrors", mirrors.probe),
+    Probe("os", N_("the distribution"), lazy("os_release")),
+    Probe("user", N_("the user and their sudo rights"), lazy("user")),
+    Probe("runtime", N_("the container and PID 1"), lazy("runtime")),
+    Probe("hostname", N_("the host name"), lazy("runtime", "probe_hostname")),
+    Probe("hardware", N_("CPUs and memory"), lazy("hardware")),
+    Probe("net", N_("the network interfaces"), lazy("net")),
+    Probe("rdma", N_("the RDMA devices"), lazy("rdma")),
+    Probe("gpu", N_("the GPUs"), lazy("gpu")),
+    Probe("ssh", N_("SSH"), lazy("software", "probe_ssh")),
+    Probe("ssh_dir", N_("the SSH directory"), lazy("ssh_dir")),
+    Probe("mpi", N_("MPI"), lazy("software", "probe_mpi")),
+    Probe("ucx", N_("UCX"), lazy("software", "probe_ucx")),
+    Probe("torch", N_("PyTorch"), lazy("software", "probe_torch")),
+    Probe("packages", N_("the installed packages"), lazy("software", "probe_packages")),
+    Probe("mirrors", N_("the package mirrors"), lazy("mirrors")),
 )
 
 
@@ -55,19 +70,19 @@ def run_probe(probe: Probe, ctx: Context) -> Found:
         probe.func(ctx, found)
     except CommandTimeout as exc:
         # What the probe learned before the command hung is still true; keep it.
-        found.note(f"{exc}: {probe.label} {'are' if probe.label.endswith('s') else 'is'} "
-                   "partly unknown.")
+        found.note("probe.timeout-plural" if probe.label.endswith("s") else "probe.timeout",
+                   command=shlex.join(exc.argv), seconds=f"{exc.timeout:g}", label=probe.label)
     except Exception as exc:  # noqa: BLE001 - a probe bug must not stop detection
         found = Found(notes=found.notes)
-        found.note(f"Could not check {probe.label}: {type(exc).__name__}: {exc}")
+        found.note("probe.crashed", label=probe.label, error=f"{type(exc).__name__}: {exc}")
     return found
 
 
-def merge(founds: Sequence[Found], notes: Sequence[str] = ()) -> Facts:
+def merge(founds: Sequence[Found], notes: Sequence[Note] = ()) -> Facts:
     top: Dict[str, Any] = {}
     nested: Dict[str, Dict[str, Any]] = {}
-    all_notes: List[str] = list(notes)
-    warnings: List[str] = []
+    all_notes: List[Note] = list(notes)
+    warnings: List[Note] = []
     defaults = Facts()
     fields = {f.name for f in dataclasses.fields(Facts)} - {"notes", "warnings"}
     for f in founds:
@@ -77,7 +92,7 @@ def merge(founds: Sequence[Found], notes: Sequence[str] = ()) -> Facts:
                 not inner or inner in {x.name for x in dataclasses.fields(getattr(defaults, outer))}
             )
             if not ok:  # a probe bug; say so rather than fail
-                all_notes.append(f"Internal: a probe reported an unknown fact '{key}'.")
+                all_notes.append(note("internal.unknown-fact", key=key))
             elif inner:
                 nested.setdefault(outer, {})[inner] = value
             else:
@@ -94,7 +109,7 @@ def detect(
     run_commands: Optional[bool] = None,
     timeout: float = 5.0,
     *,
-    ssh_port: int = 2222,
+    ssh_port: int = DEFAULT_SSH_PORT,
     mpi_components: bool = True,
 ) -> Facts:
     """What is this machine (or the tree at sysroot)? Never raises for what it finds.
@@ -116,16 +131,15 @@ def detect(
         mpi_components=mpi_components,
         env=dict(os.environ) if local else {},
     )
-    notes: List[str] = []
+    notes: List[Note] = []
     if not run_commands:
-        where = "" if local else f" (the system at {sysroot} is not the one running)"
-        notes.append(
-            f"{NO_COMMANDS_NOTE}{where}: sudo rights, ssh/MPI/UCX/PyTorch versions, "
-            "installed packages and nvidia-smi details are unknown."
-        )
+        notes.append(note("detect.no-commands") if local
+                     else note("detect.no-commands-sysroot", sysroot=sysroot))
     probes = list(PROBES)
     # Longest chain inside one probe: a few commands in a row (torch alone gets 3 x timeout).
     deadline = timeout * 4 + 1.0
+    from concurrent.futures import ThreadPoolExecutor, wait  # logging and more: not at import
+
     pool = ThreadPoolExecutor(max_workers=len(probes), thread_name_prefix="hpcwizard-detect")
     try:
         futures = [pool.submit(run_probe, p, ctx) for p in probes]
@@ -136,10 +150,8 @@ def detect(
                 founds.append(fut.result())
             else:
                 fut.cancel()
-                founds.append(Found(notes=[
-                    f"Checking {probe.label} did not finish within {deadline:g} s: "
-                    "it is left unknown."
-                ]))
+                founds.append(Found(notes=[note("probe.deadline", label=probe.label,
+                                                seconds=f"{deadline:g}")]))
     finally:
         pool.shutdown(wait=False)
     return merge(founds, notes)

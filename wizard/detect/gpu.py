@@ -89,23 +89,21 @@ def probe(ctx: Context, found: Found) -> None:
                 table = ctx.run(["nvidia-smi"])
                 cuda = parse_nvidia_smi_cuda(table.stdout) if table is not None and table.ok else ""
                 if not cuda:
-                    found.note("The CUDA version the driver supports is unknown (no header from nvidia-smi).")
+                    found.note("gpu.cuda-unknown")
                 proc_driver = parse_proc_driver_version(ctx.read("proc/driver/nvidia/version") or "")
                 gpus = tuple(replace(g, cuda=cuda, driver=g.driver or proc_driver) for g in gpus)
             found.set("gpus", gpus)
             return
         if res is not None:  # installed but failing: typically no --gpus / driver mismatch
-            msg = f"nvidia-smi failed: {res.first_line()}"
             if _device_evidence(ctx):
-                found.warn(msg + " The GPUs are present but cannot be used.")
+                found.warn("gpu.smi-failed-present", output=res.first_line())
             else:
-                found.note(msg)
+                found.note("gpu.smi-failed", output=res.first_line())
             found.set("gpus", ())
             return
     gpus = gpus_from_proc(ctx)
     if gpus:
-        why = "nvidia-smi is not installed" if ctx.run_commands else "commands were not run"
-        found.note(f"GPUs read from /proc/driver/nvidia ({why}): memory and CUDA version unknown.")
+        found.note("gpu.from-proc" if ctx.run_commands else "gpu.from-proc-no-commands")
     elif ctx.run_commands:
-        found.note("nvidia-smi is not installed and the kernel lists no NVIDIA GPU: no GPUs.")
+        found.note("gpu.none")
     found.set("gpus", gpus)

@@ -28,10 +28,10 @@ def probe(ctx: Context, found: Found) -> None:
         text = ctx.read("proc/cpuinfo", TABLE_LIMIT)
         cpus = parse_cpuinfo(text) if text else None
     if cpus is None:
-        found.note("Could not count the CPUs (no /proc/cpuinfo).")
+        found.note("hardware.cpus-unknown")
     found.set("cpus", cpus)
     text = ctx.read("proc/meminfo")
     mem = parse_meminfo(text) if text else None
     if mem is None:
-        found.note("Could not read the memory size (no MemTotal in /proc/meminfo).")
+        found.note("hardware.memory-unknown")
     found.set("memory_mib", mem)

@@ -313,13 +313,12 @@ def describe(ctx: Context, found: Found, may_connect: bool,
         found.set("mirrors_reachable", True)
         return
     if not targets:
-        found.note("No package mirror is configured (apt sources, yum/dnf/zypper .repo files, "
-                   "apk repositories): whether packages can be installed is unknown.")
+        found.note("mirrors.none-configured")
         return
     start = time.monotonic()
     ok = reachable(targets[:MAX_HOSTS], timeout=min(timeout, ctx.timeout))
     found.set("mirrors_reachable", ok)
     if not ok:
         tried = ", ".join(show(t) for t in targets[:MAX_HOSTS])
-        found.note(f"No package mirror answered within {time.monotonic() - start:.1f} s "
-                   f"(a TCP connection to {tried}).")
+        found.note("mirrors.none-answered", seconds=f"{time.monotonic() - start:.1f}",
+                   tried=tried)

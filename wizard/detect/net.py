@@ -124,12 +124,12 @@ def probe(ctx: Context, found: Found) -> None:
                 found.set("ifaces", parse_ip_json(res.stdout))
                 return
             except (ValueError, TypeError, KeyError, AttributeError):
-                found.note("`ip -j addr` printed something unexpected; read /sys/class/net instead.")
+                found.note("net.ip-unexpected")
         elif res is not None:
-            found.note(f"`ip -j addr` failed ({res.first_line()}); read /sys/class/net instead.")
+            found.note("net.ip-failed", output=res.first_line())
     ifaces = from_sysfs(ctx)
     if not ifaces:
-        found.note("No network interfaces found (no `ip` command and no /sys/class/net).")
+        found.note("net.none")
     elif not ctx.local:
-        found.note("IPv4 addresses are unknown: they need the `ip` command on the machine itself.")
+        found.note("net.no-addresses")
     found.set("ifaces", ifaces)

@@ -161,19 +161,16 @@ def probe(ctx: Context, found: Found) -> None:
     refused = [ctx.refused[rel] for rel in ("etc/os-release", "usr/lib/os-release")
                if rel in ctx.refused]
     if text is None and refused:
-        found.note(f"{'; '.join(refused)}: the distribution is unknown.")
+        found.note("os.refused", reasons="; ".join(refused))
         fields: Dict[str, str] = {}
     elif text is None:
-        found.note("No /etc/os-release or /usr/lib/os-release: the distribution is unknown.")
+        found.note("os.missing")
         fields = {}
     else:
         if refused:  # etc/os-release refused, usr/lib/os-release read
-            found.note(f"{refused[0]}: read /usr/lib/os-release instead.")
+            found.note("os.refused-read-lib", reason=refused[0])
         fields = parse_os_release(text)
     info = os_info_from(fields, pms)
     if info.family == "unknown":
-        found.note(
-            f"The distribution '{info.id}' is not one hpcwizard knows and no apt-get, dnf, "
-            "yum, zypper or apk was found: packages cannot be installed automatically."
-        )
+        found.note("os.unknown-family", id=info.id)
     found.set("os", info)

@@ -11,9 +11,11 @@ import re
 from dataclasses import replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..facts import Hca, Port, Rdma
+from ..facts import Hca, Note, Port, Rdma
+from ..i18n import N_
 from ..inputs import ascii_int
 from .base import Context, Found
+from .notes import note
 
 SOFTWARE_PREFIXES = {"rxe": "rdma_rxe", "siw": "siw"}
 
@@ -171,31 +173,22 @@ def merge_ibv(sysfs: Sequence[Hca], ibv: Sequence[Hca]) -> Tuple[Hca, ...]:
 
 # --- judgement ---------------------------------------------------------------------------
 
-def rdma_warnings(hcas: Sequence[Hca], rdma: Rdma, memlock_known: bool = True) -> List[str]:
+def rdma_warnings(hcas: Sequence[Hca], rdma: Rdma, memlock_known: bool = True) -> List[Note]:
     """What will break or slow down an RDMA job, one plain line each."""
     out = []
     active = [p for h in hcas if not h.software for p in h.ports if p.active]
     if active and not rdma.uverbs:
-        names = ", ".join(p.name for p in active)
-        out.append(
-            f"RDMA port {names} is active but /dev/infiniband/uverbs* is missing: the container "
-            "was started without the InfiniBand devices (docker run --device=/dev/infiniband, "
-            "or the RDMA device plugin on Kubernetes)."
-        )
+        out.append(note("rdma.no-uverbs", ports=", ".join(p.name for p in active)))
     any_ports = any(h.ports for h in hcas)
     if any_ports and memlock_known and not rdma.memlock_unlimited and rdma.memlock_kib is not None:
-        out.append(
-            f"The locked-memory limit (ulimit -l) is {rdma.memlock_kib} KiB, not unlimited: RDMA "
-            "cannot pin its buffers; start the container with --ulimit memlock=-1."
-        )
+        out.append(note("rdma.memlock-low", kib=rdma.memlock_kib))
     for h in hcas:
         if h.software:
-            over = {p.netdev for p in h.ports if p.netdev}
-            via = f" over {', '.join(sorted(over))}" if over else ""
-            out.append(
-                f"{h.name} is a software RDMA device ({h.driver or 'emulated'}{via}): "
-                "not hardware: no speed-up over TCP."
-            )
+            over = sorted({p.netdev for p in h.ports if p.netdev})
+            driver = h.driver or N_("emulated")
+            out.append(note("rdma.software-over", hca=h.name, driver=driver,
+                            netdevs=", ".join(over)) if over
+                       else note("rdma.software", hca=h.name, driver=driver))
     return out
 
 
@@ -220,7 +213,7 @@ def _memlock(ctx: Context, found: Found) -> Tuple[Optional[int], bool, bool]:
                 kib, unlimited = parse_ulimit_l(res.stdout)
                 return kib, unlimited, True
             except ValueError as exc:
-                found.note(f"The locked-memory limit is unknown: {exc}.")
+                found.note("rdma.memlock-unreadable", error=str(exc))
     return None, False, False
 
 
@@ -235,22 +228,19 @@ def probe(ctx: Context, found: Found) -> None:
             if "No IB devices found" in res.output or "Failed to get IB devices list" in res.output:
                 if any(h.ports for h in hcas if not h.software):
                     names = ", ".join(h.name for h in hcas if not h.software)
-                    found.warn(
-                        f"The kernel lists {names} but ibv_devinfo sees no device: the verbs "
-                        "user-space library (rdma-core, libmlx5) or /dev/infiniband is missing."
-                    )
+                    found.warn("rdma.no-verbs-library", hcas=names)
             elif res.ok:
                 ibv = parse_ibv_devinfo(res.stdout)
                 if ibv and not hcas:
-                    found.note("/sys/class/infiniband is missing; RDMA ports read from ibv_devinfo.")
+                    found.note("rdma.from-ibv-devinfo")
                 hcas = merge_ibv(hcas, ibv)
             else:
-                found.note(f"`ibv_devinfo` failed ({res.first_line()}).")
+                found.note("rdma.ibv-devinfo-failed", output=res.first_line())
 
     uverbs = tuple(ctx.glob("dev/infiniband/uverbs*"))
     kib, unlimited, known = _memlock(ctx, found)
     if not known and any(h.ports for h in hcas):
-        found.note("The locked-memory limit (ulimit -l) is unknown.")
+        found.note("rdma.memlock-unknown")
     rdma = Rdma(
         uverbs=uverbs,
         memlock_kib=kib,
@@ -263,7 +253,7 @@ def probe(ctx: Context, found: Found) -> None:
         for p in h.ports:
             if not p.active:
                 phys = f", {p.phys_state}" if p.phys_state != "unknown" else ""
-                found.note(f"RDMA port {p.name} is {p.state}{phys}: it will not carry traffic.")
+                found.note("rdma.port-down", port=p.name, state=p.state, phys=phys)
     for w in rdma_warnings(hcas, rdma, known):
         found.warn(w)
     found.set("hcas", hcas)

@@ -68,10 +68,10 @@ def probe(ctx: Context, found: Found) -> None:
     cgroup = ctx.read("proc/1/cgroup")
     kind = container_kind(ctx, pid1_env, cgroup)
     if kind == "unknown":
-        found.note("Could not tell whether this is a container (no /proc/1/cgroup to read).")
+        found.note("runtime.container-unknown")
     pid1 = ctx.read_value("proc/1/comm") or ""
     if not pid1:
-        found.note("Could not read /proc/1/comm: the init process (PID 1) is unknown.")
+        found.note("runtime.pid1-unknown")
     jupyter = jupyter_from_env(ctx.env) or jupyter_from_env(pid1_env) or "jupyter" in pid1
     found.set("runtime", Runtime(container=kind, pid1=pid1, jupyter=jupyter))
 
@@ -83,5 +83,5 @@ def probe_hostname(ctx: Context, found: Found) -> None:
         words = (ctx.read_value("etc/hostname") or "").split()
         name = words[0] if words else ""
     if not name:
-        found.note("The host name is unknown (no /etc/hostname).")
+        found.note("runtime.hostname-unknown")
     found.set("hostname", name)

@@ -1,16 +1,20 @@
-"""What is installed: ssh/sshd (and is port 2222 served), MPI, UCX, PyTorch/NCCL, packages.
+"""What is installed: ssh/sshd (and is the SSH port served), MPI, UCX, PyTorch/NCCL, packages.
 
 Several probes live here, one per program family, so that they run concurrently. torch is
-only ever imported in a separate `python3` process, never in hpcwizard's.
+never imported: its version and NCCL's are read from the files on the target python3's path
+(target_python), and only where those cannot tell is a separate `python3` asked.
 """
 from __future__ import annotations
 
 import json
 import os
 import re
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
+from ..vocab import DEFAULT_SSH_PORT
 from .base import TABLE_LIMIT, Context, Found
+from .target_python import (TargetPython, dist_version, find_target_python, first_dist_info,
+                            listing)
 
 SSHD_PLACES = ("usr/sbin/sshd", "usr/local/sbin/sshd", "sbin/sshd", "usr/bin/sshd")
 
@@ -67,7 +71,7 @@ def parse_ssh_version(text: str) -> str:
 parse_sshd_version = parse_ssh_version
 
 
-def parse_proc_net_tcp(text: str, port: int = 2222) -> bool:
+def parse_proc_net_tcp(text: str, port: int = DEFAULT_SSH_PORT) -> bool:
     """True when /proc/net/tcp{,6} text has a socket in LISTEN (0A) on the local port."""
     want = f"{port:04X}"
     for line in text.splitlines()[1:]:
@@ -167,6 +171,50 @@ def parse_ucx_transports(text: str) -> Tuple[str, ...]:
     return tuple(seen)
 
 
+NCCL_DISTS = ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11")
+_TORCH_VERSION = re.compile(r"^__version__\s*=\s*['\"]([^'\"]+)", re.M)
+_TORCH_CUDA = re.compile(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]*)['\"]", re.M)
+
+
+def torch_from_files(target: Optional[TargetPython]) -> Optional[Dict[str, str]]:
+    """What TORCH_SCRIPT would print, read from the target interpreter's path without
+    starting it; None when only the interpreter can tell (no target, or torch found as a
+    module file rather than the package pip installs). NCCL is the nvidia-nccl wheel torch
+    loads: a CUDA wheel bundles none, and a statically linked one is a string inside
+    libtorch_cuda.so, hundreds of megabytes not worth reading here."""
+    if target is None:
+        return None
+    out = {"torch": "", "cuda": "", "nccl": ""}
+    package = ""
+    names: Dict[str, List[str]] = {}  # each directory listed once
+    for d in target.site_path:
+        if any(os.path.isfile(os.path.join(d, "torch", f"__init__{s}")) for s in (".py", ".pyc")):
+            package = os.path.join(d, "torch")
+            break
+        if any(n.startswith("torch.") and n.endswith((".py", ".pyc", ".so"))
+               for n in listing(d, names)):
+            return None
+    if not package:
+        out["error"] = "ModuleNotFoundError: No module named 'torch'"
+    else:
+        text = ""
+        try:
+            with open(os.path.join(package, "version.py"), encoding="utf-8", errors="replace") as fh:
+                text = fh.read(256 * 1024)
+        except OSError as exc:
+            out["error"] = "OSError: " + str(exc)
+        m = _TORCH_VERSION.search(text)
+        out["torch"] = m.group(1) if m else ""
+        m = _TORCH_CUDA.search(text)
+        out["cuda"] = m.group(1) if m else ""
+    for name in NCCL_DISTS:
+        info = first_dist_info(name, target.site_path, names)
+        if info is not None:
+            out["nccl"] = dist_version(info)
+            break
+    return out
+
+
 def parse_torch_probe(text: str) -> Dict[str, str]:
     """The line our TORCH_SCRIPT prints -> {"torch", "cuda", "nccl"[, "error"]}."""
     for line in text.splitlines():
@@ -219,7 +267,7 @@ def probe_ssh(ctx: Context, found: Found) -> None:
             any(parse_proc_net_tcp(t, ctx.ssh_port) for t in tcp_texts),
         )
     else:
-        found.note(f"Could not read /proc/net/tcp: whether port {ctx.ssh_port} is served is unknown.")
+        found.note("ssh.port-unknown", port=ctx.ssh_port)
     if tcp_texts and ctx.local:
         inodes: Dict[str, int] = {}
         for t in tcp_texts:
@@ -235,7 +283,7 @@ def probe_ssh(ctx: Context, found: Found) -> None:
         version = parse_ssh_version(res.output)
         found.set("software.ssh_version", version)
         if not version:
-            found.note(f"`ssh -V` printed no OpenSSH version ({res.first_line()}).")
+            found.note("ssh.version-unknown", output=res.first_line())
     if sshd:
         exe = sshd if ctx.local else "sshd"
         res = ctx.run([exe, "-V"])
@@ -244,7 +292,7 @@ def probe_ssh(ctx: Context, found: Found) -> None:
             res = ctx.run([exe, "-h"])
             version = parse_sshd_version(res.output) if res is not None else ""
         if not version:
-            found.note(f"{sshd} is installed but its version could not be read.")
+            found.note("ssh.sshd-version-unknown", sshd=sshd)
         found.set("software.sshd_version", version)
 
 
@@ -256,7 +304,7 @@ def probe_mpi(ctx: Context, found: Found) -> None:
     if res is not None:
         flavour, version = parse_mpirun_version(res.output)
         if not flavour:
-            found.note(f"`mpirun --version` did not name a known MPI ({res.first_line()}).")
+            found.note("mpi.unknown", output=res.first_line())
     if flavour in ("openmpi", "") and (ctx.mpi_components or not flavour):
         info = ctx.run(["ompi_info"])
         if info is not None and info.ok:
@@ -266,7 +314,7 @@ def probe_mpi(ctx: Context, found: Found) -> None:
             if not flavour and parsed["version"]:
                 flavour, version = "openmpi", str(parsed["version"])
         elif info is not None:
-            found.note(f"`ompi_info` failed ({info.first_line()}): Open MPI's transports are unknown.")
+            found.note("mpi.ompi-info-failed", output=info.first_line())
     found.set("software.mpi_flavour", flavour)
     found.set("software.mpi_version", version)
 
@@ -279,29 +327,33 @@ def probe_ucx(ctx: Context, found: Found) -> None:
         return
     version = parse_ucx_version(res.output)
     if not version:
-        found.note(f"`ucx_info -v` printed no version ({res.first_line()}).")
+        found.note("ucx.version-unknown", output=res.first_line())
     found.set("software.ucx_version", version)
     dev = ctx.run(["ucx_info", "-d"])
     if dev is not None and dev.ok:
         found.set("software.ucx_transports", parse_ucx_transports(dev.stdout))
     elif dev is not None:
-        found.note(f"`ucx_info -d` failed ({dev.first_line()}): UCX transports are unknown.")
+        found.note("ucx.transports-unknown", output=dev.first_line())
 
 
 def probe_torch(ctx: Context, found: Found) -> None:
     if not ctx.run_commands:
         return
-    res = ctx.run(["python3", "-c", TORCH_SCRIPT], timeout=ctx.timeout)
-    if res is None:
-        found.note("No python3 on PATH: PyTorch is unknown.")
-        return
-    try:
-        data = parse_torch_probe(res.stdout)
-    except ValueError:
-        found.note(f"python3 could not run the PyTorch check ({res.first_line()}).")
-        return
+    # The files answer in a millisecond what starting python3 answers in a tenth of a
+    # second or more; it is started only where they cannot.
+    data = torch_from_files(find_target_python("python3"))
+    if data is None:
+        res = ctx.run(["python3", "-c", TORCH_SCRIPT], timeout=ctx.timeout)
+        if res is None:
+            found.note("torch.no-python")
+            return
+        try:
+            data = parse_torch_probe(res.stdout)
+        except ValueError:
+            found.note("torch.probe-failed", output=res.first_line())
+            return
     if data.get("error") and "No module named" not in data["error"]:
-        found.note(f"python3 cannot import torch: {data['error']}")
+        found.note("torch.import-failed", error=data["error"])
     found.set("software.torch_version", data.get("torch", ""))
     found.set("software.torch_cuda", data.get("cuda", ""))
     found.set("software.nccl_version", data.get("nccl", ""))
@@ -329,8 +381,7 @@ def probe_packages(ctx: Context, found: Found) -> None:
             found.set("software.packages", parse(res.stdout))
             return
         tried.append(f"`{argv[0]}` failed ({res.first_line()})")
-    found.note(
-        "Installed packages are unknown: "
-        + ("; ".join(tried) if tried else "there is no dpkg or rpm database")
-        + "."
-    )
+    if tried:
+        found.note("packages.unknown", tried="; ".join(tried))
+    else:
+        found.note("packages.no-database")

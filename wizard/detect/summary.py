@@ -1,5 +1,5 @@
 """Facts as a plain-text summary a person can read in a terminal, in the chosen language
-(labels and words; names, versions and the probes' notes as detected).
+(labels and words, and the probes' notes by their codes; names and versions as detected).
 
     System
       OS             Debian GNU/Linux 12 (bookworm)  [debian 12, family debian, apt]
@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Iterable, List, Optional, Tuple
 
 from ..facts import Facts
+from ..vocab import DEFAULT_SSH_PORT
 from ..i18n import _, ljust, width
 from .core import NO_COMMANDS_NOTE
 
@@ -66,7 +67,7 @@ def _mirrors(facts: Facts) -> str:
     return f"{shown} ({state})"
 
 
-def format_summary(facts: Facts, ssh_port: int = 2222) -> str:
+def format_summary(facts: Facts, ssh_port: int = DEFAULT_SSH_PORT) -> str:
     """The whole of Facts, aligned, in plain text (no colour, no markup)."""
     o, u, r, s, rd = facts.os, facts.user, facts.runtime, facts.software, facts.rdma
     out: List[str] = []
@@ -196,9 +197,9 @@ def format_summary(facts: Facts, ssh_port: int = 2222) -> str:
     if facts.warnings:
         out.append("")
         out.append(_("Warnings"))
-        out += [f"  ! {w}" for w in facts.warnings]
+        out += [f"  ! {w.shown()}" for w in facts.warnings]
     if facts.notes:
         out.append("")
         out.append(_("Notes"))
-        out += [f"  - {n}" for n in facts.notes]
+        out += [f"  - {n.shown()}" for n in facts.notes]
     return "\n".join(out) + "\n"

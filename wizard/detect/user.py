@@ -120,9 +120,7 @@ def probe(ctx: Context, found: Found) -> None:
         in_passwd = False
         name = fallback_name(uid)
         home = os.environ.get("HOME", "")
-        found.note(f"User id {uid} has no entry in /etc/passwd: sudo, ssh-keygen and sshd "
-                   "refuse it (\"you do not exist in the passwd database\"). Run as root or as "
-                   "a named user, or add a passwd entry for it.")
+        found.note("user.no-passwd", uid=uid)
     user = UserInfo(name=name, uid=uid, gid=gid, home=home, sudo="unknown",
                     in_passwd=in_passwd)
     # Set before sudo is asked: if sudo hangs, who the user is stays known.
@@ -134,9 +132,9 @@ def probe(ctx: Context, found: Found) -> None:
     else:
         sudo, why = sudo_kind(ctx)
         if sudo == "password":
-            found.note("sudo asks for a password: system steps will need it typed in.")
+            found.note("user.sudo-password")
         elif sudo == "denied" and in_passwd:  # without an entry, the note above says why
-            found.note(f"sudo is installed but runs nothing as root for {name}: {why}")
+            found.note("user.sudo-denied", name=name, why=why)
     found.set("user", UserInfo(name=name, uid=uid, gid=gid, home=home, sudo=sudo,
                                in_passwd=in_passwd))
 
