@@ -110,6 +110,15 @@ def export_formats() -> "dict[str, object]":
     the TUI; the dockerfile and launch formats live in their own modules."""
     formats: "dict[str, object]" = {"setup": setup_script, "dockerfile": dockerfile,
                                     "launch": launch_script}
+    # the engines users grow into (hpcwizard.engines): Slurm, and Kubernetes' operators
+    from .engines.mpijob import mpijob_manifest
+    from .engines.pytorchjob import pytorchjob_manifest, trainjob_manifest
+    from .engines.slurm import sbatch_script
+    from .engines.volcano import volcano_manifest
+
+    formats.update({"sbatch": sbatch_script, "mpijob": mpijob_manifest,
+                    "pytorchjob": pytorchjob_manifest, "trainjob": trainjob_manifest,
+                    "volcano": volcano_manifest})
     return formats
 
 

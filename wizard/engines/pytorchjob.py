@@ -1,0 +1,93 @@
+"""The plan as a Kubeflow PyTorch job: `export --format pytorchjob` (kubeflow.org/v1
+PyTorchJob, Kubeflow Training Operator v1: a Master and Workers, torchrun in each with
+nprocPerNode processes) or `export --format trainjob` (trainer.kubeflow.org/v1alpha1 TrainJob,
+Kubeflow Trainer v2, on its torch-distributed runtime): asking for a TrainJob is choosing that
+format. The operator gives torchrun its rendezvous (PET_NNODES, PET_NODE_RANK,
+PET_MASTER_ADDR, PET_MASTER_PORT, PET_NPROC_PER_NODE): the command is torchrun and the
+script."""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+from ..i18n import _
+from ..plan import Plan
+from .job import EngineJob, job_of
+from .kubernetes import RDMA_RESOURCE, container, env_list, header, image_note, pod_spec
+from .yamltext import Note, dump
+
+PROGRAM = ["torchrun", "train.py"]
+
+
+def _program_note() -> str:
+    return _("Edit: your script and its arguments; the operator sets torchrun's rendezvous "
+             "(PET_*).")
+
+
+def _torch_job(plan: Plan) -> EngineJob:
+    job = job_of(plan)
+    if job.mpi:
+        from ..validate import BadInput
+        raise BadInput(_("a PyTorchJob or TrainJob runs PyTorch: use --framework pytorch, or "
+                         "--format mpijob for MPI"))
+    return job
+
+
+def _replica(job: EngineJob, replicas: Any) -> Dict[str, Any]:
+    c = container(job, "pytorch", PROGRAM, runs_ranks=True, command_note=_program_note())
+    return {"replicas": replicas, "restartPolicy": "OnFailure",
+            "template": {"spec": pod_spec(job, [c], runs_ranks=True)}}
+
+
+def pytorchjob_doc(job: EngineJob) -> Dict[str, Any]:
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": job.name},
+        "spec": {
+            "nprocPerNode": Note("1", _("Edit: processes per pod (torchrun's --nproc-per-node):"
+                                        " the GPUs each pod gets, or auto.")),
+            "pytorchReplicaSpecs": {
+                "Master": _replica(job, 1),
+                "Worker": _replica(job, Note(job.nodes - 1, _(
+                    "Edit: the number of pods besides the master (instances - 1)."))),
+            },
+        },
+    }
+
+
+def trainjob_doc(job: EngineJob) -> Dict[str, Any]:
+    trainer: Dict[str, Any] = {
+        "image": Note(job.image, image_note(job)),
+        "command": Note(list(PROGRAM), _program_note()),
+        "numNodes": Note(job.nodes, _("Edit: the number of nodes (instances).")),
+        "numProcPerNode": Note(1, _("Edit: processes per node: the GPUs each node gets.")),
+    }
+    if job.env:
+        trainer["env"] = Note(env_list(job), _("The plan's environment (NCCL_*)."))
+    if job.ib:
+        trainer["resourcesPerNode"] = Note({"limits": {RDMA_RESOURCE: 1}}, _(
+            "Edit: the resources of each node (the RDMA device plugin's {resource}, "
+            "nvidia.com/gpu).\nIPC_LOCK and a memory-backed /dev/shm come from the runtime's "
+            "pod template.").format(resource=RDMA_RESOURCE))
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": job.name},
+        "spec": {
+            "runtimeRef": Note({"name": "torch-distributed"}, _(
+                "The Trainer's PyTorch runtime (kubectl get clustertrainingruntimes).")),
+            "trainer": trainer,
+        },
+    }
+
+
+def pytorchjob_manifest(plan: Plan) -> str:
+    job = _torch_job(plan)
+    return dump(pytorchjob_doc(job), header(job, "a Kubeflow PyTorchJob (kubeflow.org/v1)",
+                                            "pytorchjob"))
+
+
+def trainjob_manifest(plan: Plan) -> str:
+    job = _torch_job(plan)
+    return dump(trainjob_doc(job), header(
+        job, "a Kubeflow TrainJob (trainer.kubeflow.org/v1alpha1)", "trainjob"))
