@@ -11,8 +11,9 @@
 #   hw_rt_wait HOST TRIES [PORT]                     the name resolves (and PORT answers)
 #   hw_rt_write_hostfile FILE SLOTS NAME...          'NAME slots=SLOTS' lines
 #
-# A function that fails returns non-zero with one line in HW_RT_ERROR and prints nothing: the
-# caller says it (the launch script's die, verify's BadInput). Safe under set -euo pipefail
+# A function that fails returns non-zero with one line in HW_RT_ERROR, which the caller says
+# (the launch script's die, verify's BadInput); hw_rt_sshd and hw_rt_wait also log progress
+# on stderr as they go. Safe under set -euo pipefail
 # and set -u; a value from the user is never evaluated: numbers are matched as ASCII digits
 # before any arithmetic (bash arithmetic runs the $(...) in 'a[$(id)]'), names are checked
 # against RFC 1123 before they are used, and character classes are spelled out (a locale's

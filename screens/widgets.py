@@ -281,7 +281,7 @@ class ExportPanel(Vertical):
         result.set_class(error, "error")
         result.update(Text(text))
 
-    def write(self, force: bool = False) -> Optional[Path]:
+    def write(self, force: "bool | Tuple[Path, ...]" = False) -> Optional[Path]:
         """session.write_export, as `hpcwizard export -o PATH`: every file the format needs,
         the same modes. Files already at those names are replaced only after the user says
         so here (the command line's --force)."""
@@ -296,13 +296,15 @@ class ExportPanel(Vertical):
         try:
             written = write_export(self.plan, self.fmt, out, force=force)
         except ExportExists as exc:
-            self._say(str(exc), error=True)
-            fmt = self.fmt
+            fmt, asked = self.fmt, exc.paths
 
             def answer(replace: Optional[bool]) -> None:
-                if replace and self.fmt == fmt and self.query_one(
-                        "#export-path", Input).value.strip() == raw:
-                    self.write(force=True)
+                if not (replace and self.fmt == fmt and self.query_one(
+                        "#export-path", Input).value.strip() == raw):
+                    self._say(_("Nothing was written: {paths} stays as it is.").format(
+                        paths=", ".join(str(p) for p in asked)), error=True)
+                    return
+                self.write(force=asked)  # those it asked about, nothing that came since
 
             self.app.push_screen(ConfirmScreen(
                 _("{paths} already exists. Replace it?").format(

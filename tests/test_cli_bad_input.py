@@ -65,3 +65,18 @@ def test_bad_input_exits_2_with_one_line_and_changes_nothing(case: str, tmp_path
     assert "Traceback" not in proc.stderr + proc.stdout, shown
     assert snapshot(*roots) == before, f"bad input changed /etc/ssh or ~/.ssh{shown}"
     assert not state.exists(), f"bad input wrote to the state directory{shown}"
+
+
+def test_a_node_rank_that_is_no_rank_is_refused_before_any_check(monkeypatch, capsys):
+    """verify takes the launch script's answer to "which host is this" (the runtime library):
+    NODE_RANK=5 among two hosts is one line and status 2 before a check runs, not a failure
+    after the SSH checks."""
+    from hpcwizard import cli
+
+    ran = []
+    monkeypatch.setattr(cli, "_plan", lambda *a, **k: ran.append("plan"))
+    monkeypatch.setenv("NODE_RANK", "5")
+    assert cli.main(["verify", "--framework", "mpi", "--network", "tcp",
+                     "--hosts", "a,b"]) == 2
+    err = capsys.readouterr().err
+    assert err == "hpcwizard: NODE_RANK='5' is not 0..1\n" and ran == []

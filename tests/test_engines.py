@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcwizard import engines
+from hpcwizard import engines, vocab
 from hpcwizard.catalog import load_catalog
 from hpcwizard.choices import make_choices
 from hpcwizard.engines import yamltext
@@ -244,7 +244,7 @@ def test_the_cli_and_the_wizard_list_the_registry():
     from screens.widgets import DEFAULT_PATHS, FORMAT_LABELS, WROTE
 
     names = tuple(export_formats())
-    assert names == ("setup", "dockerfile", "launch") + engines.FORMATS
+    assert names == vocab.INSTANCE_EXPORTS + engines.FORMATS == vocab.EXPORT_FORMATS
     export = next(a for a in build_parser()._subparsers._group_actions[0].choices["export"]._actions
                   if a.dest == "format")
     assert tuple(export.choices) == names

@@ -91,10 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     ex = sub.add_parser("export", help=_("write the plan as a file"))
     _add_choices(ex)
-    from .engines import FORMATS as ENGINE_FORMATS  # export_formats()' names, cheap to import
+    from . import vocab
 
-    ex.add_argument("--format", choices=("setup", "dockerfile", "launch") + ENGINE_FORMATS,
-                    required=True)
+    ex.add_argument("--format", choices=vocab.EXPORT_FORMATS, required=True)
     ex.add_argument("-o", "--output", help=_("file to write (default: standard output)"))
     ex.add_argument("--force", action="store_true",
                     help=_("replace files already at the export's names (default: refuse)"))
@@ -463,6 +462,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
         # only when no source names any: the checks here only, said in the report. A source
         # set but unreadable is bad input naming it, never "here only".
         hosts = discover(args.hosts, args.hostfile, os.environ)
+        if hosts is not None and os.environ.get("NODE_RANK"):
+            from .runtime import rank_of
+
+            # a NODE_RANK that is none of the ranks is bad input now, not after the checks
+            rank_of(hosts.names, os.environ)
     facts, plan = _plan(args, choices)
     report = verify(plan, facts, hosts, max_workers=jobs)
     if args.json:

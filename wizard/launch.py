@@ -28,7 +28,10 @@ from .i18n import _, comment
 from . import ops, runtime
 from .plan import Plan
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # what `export NAME=` accepts
+# The Open MPI version of the mpirun on PATH ("4.1.4"), empty for another MPI: every script
+# that picks Open MPI 4's or 5's argument names runs this.
+OMPI_VERSION_SH = "mpirun --version 2>/dev/null | awk '/\\(Open MPI\\)/ {print $NF; exit}'"
 
 # Open MPI 4 runs on ORTE, Open MPI 5 on PRRTE 3 (Debian 13: Open MPI 5.0.7, PRRTE 3.0.8), and
 # the runtime's settings are named differently. The plan writes the 4.x names; for 5.x they
@@ -194,7 +197,7 @@ fi
 
 # Open MPI 5 (PRRTE) names the ssh and interface settings differently from 4 (ORTE): the
 # mpirun installed here says which one it is.
-OMPI_VERSION=$(mpirun --version 2>/dev/null | awk '/\(Open MPI\)/ {print $NF; exit}') || true
+OMPI_VERSION=$(__OMPI_VERSION_SH__) || true
 OMPI_MAJOR=${OMPI_VERSION%%.*}
 if [[ $OMPI_MAJOR =~ ^[0-9]+$ ]] && [ "$OMPI_MAJOR" -ge 5 ]; then
   MPIRUN_ARGS=(${MPIRUN_ARGS_5[@]+"${MPIRUN_ARGS_5[@]}"})
@@ -268,7 +271,7 @@ def launch_script(plan: Plan) -> str:
     rec = plan.recommendation
     env = list(plan.launch_env)
     for k, _v in env:
-        if not _ENV_NAME.match(k):
+        if not ENV_NAME.match(k):
             raise ValueError(f"launch environment name {k!r} is not a shell variable name")
     out: List[str] = [
         "#!/usr/bin/env bash",
@@ -311,6 +314,7 @@ def launch_script(plan: Plan) -> str:
     out.append(_BODY.strip("\n").replace("__OPS_FUNCTIONS__", ops.functions(
         "_hw_say", "_hw_is_sshd", "_hw_sshd_pid")).replace("__RUNTIME__", _runtime_text()))
     out.append((_MPI if c.framework == "mpi" else _TORCH).rstrip("\n")
+               .replace("__OMPI_VERSION_SH__", OMPI_VERSION_SH)
                .replace("__IFACE_ARGS_5__", " ".join(IFACE_ARGS_5))
                .replace("__IFACE_ARGS_4__", " ".join(IFACE_ARGS_4)))
     out.append("")

@@ -109,11 +109,16 @@ class Session:
             from .lock import run_lock as lock
         self._lock = lock
         self._held: Optional[contextlib.ExitStack] = None
+        self._reload = False
 
     @classmethod
     def of_record(cls, record: Any, runner: Any, **kw: Any) -> "Session":
-        """A session over a record already on disk (`undo --record`)."""
-        return cls(None, None, runner, record=record, **kw)
+        """A session over a record already on disk (`undo --record`). It is read again once
+        the lock is held: what another hpcwizard did to it meanwhile (while the user read the
+        question) is what the undo goes by."""
+        session = cls(None, None, runner, record=record, **kw)
+        session._reload = True
+        return session
 
     # which steps an action would run, as (as, check, id)
     def _pending(self, action: str) -> "List[tuple[str, str, str]]":
@@ -176,6 +181,11 @@ class Session:
                 self.status = undo_record(self.record, self.runner, sink)
             else:
                 self.status = apply_record(self.record, self.runner, sink)
+        except BaseException:
+            # a record that could not be written (a full disk): the run did not end well,
+            # and None would make exit_code() say "nothing ran" (0) to the wizard's caller
+            self.status = self.record.data.get("status") or "failed"
+            raise
         finally:
             self.release()
         return self.status
@@ -185,6 +195,14 @@ class Session:
         stack.enter_context(self._lock(machine=self.needs_machine_lock(action),
                                         directory=self._state_dir))
         self._held = stack
+        if self._reload:
+            from .record import Record
+
+            try:
+                self.record = Record.load(self.record.path, use=action, update=True)
+            except BaseException:
+                self.release()
+                raise
 
     def release(self) -> None:
         held, self._held = self._held, None
@@ -269,25 +287,39 @@ def _same(path: Path, text: str) -> bool:
         return False
 
 
-def write_export(plan: Any, fmt: str, path: Path, force: bool = False) -> List[Path]:
+def write_export(plan: Any, fmt: str, path: Path,
+                 force: "bool | Sequence[Path]" = False) -> List[Path]:
     """Write every file of the export. Without force, anything already at one of the names
     (a user's own ./Dockerfile, a link) that is not this very export refuses the whole export
-    (ExportExists) before a byte is written. The mode is set on each new file before it is
+    (ExportExists) before a byte is written. force: True replaces whatever is there; a list of
+    paths replaces those only (the ones a person was asked about), anything else is refused. The mode is set on each new file before it is
     renamed into place: never a chmod of a path afterwards, never a write through a link."""
     from .record import write_private
 
     path = Path(path).expanduser()
     _check_target(path)
     files = export_files(plan, fmt, path)
+    for f in files[1:]:  # a companion's name is refused as the named file's would be
+        _check_target(f.path)
     taken = [f.path for f in files if os.path.lexists(f.path) and not _same(f.path, f.text)]
-    if taken and not force:
-        raise ExportExists(taken)
+    if force is True:
+        may_replace = {f.path for f in files}
+    else:
+        asked = set() if force is False else {Path(p) for p in force}  # type: ignore[union-attr]
+        refused = [p for p in taken if p not in asked]
+        if refused:
+            raise ExportExists(refused)
+        may_replace = set(taken) | {f.path for f in files if _same(f.path, f.text)}
     # the companions first: the named file appears only with its build context
     for f in files[1:] + files[:1]:
         try:
+            # a file nobody agreed to replace is created, never replaced: one that appeared
+            # since the look above is refused
             write_private(f.path, f.text.encode("utf-8"), mode=f.mode,
-                          exclusive=not force and f.path not in taken
-                          and not os.path.lexists(f.path))
-        except FileExistsError:  # appeared since the look above
+                          exclusive=f.path not in may_replace)
+        except FileExistsError:
             raise ExportExists([f.path]) from None
+        except OSError as exc:  # a read-only or special file system: one line, not a traceback
+            raise BadInput(_("could not write {path}: {error}").format(
+                path=f.path, error=exc.strerror or exc)) from None
     return [f.path for f in files]

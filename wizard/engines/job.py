@@ -4,11 +4,11 @@ environment and mpirun arguments, and the image (the preset's, or the one built 
 program) get defaults that each file names as the lines to edit."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Tuple
 
 from ..dockerfile import uses_preset
+from ..launch import ENV_NAME
 from ..plan import Plan
 
 JOB_NAME = "hpcwizard-job"
@@ -18,7 +18,6 @@ OWN_IMAGE = "my-job:latest"
 # What mpi-operator's controller gives mpirun's ssh (OMPI_MCA_plm_rsh_args in
 # pkg/controller/mpi_job_controller.go): the launcher may start before a worker's sshd.
 SSH_RETRIES = "-o ConnectionAttempts=10"
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True)
@@ -57,7 +56,7 @@ class EngineJob:
 def job_of(plan: Plan) -> EngineJob:
     c, t = plan.choices, plan.target
     for k, _v in plan.launch_env:
-        if not _ENV_NAME.match(k):
+        if not ENV_NAME.match(k):
             raise ValueError(f"launch environment name {k!r} is not a shell variable name")
     preset = uses_preset(plan)
     image = plan.recommendation.preset.image if preset else OWN_IMAGE  # type: ignore[union-attr]

@@ -7,7 +7,7 @@ import shlex
 from typing import List, Sequence
 
 from ..i18n import _, comment
-from ..launch import mpirun_args_for
+from ..launch import OMPI_VERSION_SH, mpirun_args_for
 from .job import EngineJob, passed_env
 
 
@@ -30,7 +30,7 @@ def mpirun_lines(job: EngineJob, args: Sequence[str], tail: str) -> List[str]:
     return [
         comment(_("Open MPI 5 (PRRTE) names the ssh settings differently from Open MPI 4 "
                   "(ORTE):\nthe mpirun installed says which it is.")),
-        "major=$(mpirun --version 2>/dev/null | awk '/\\(Open MPI\\)/ {print $NF; exit}') || true",
+        f"major=$({OMPI_VERSION_SH}) || true",
         "major=${major%%.*}",
         "if [[ $major =~ ^[0-9]+$ ]] && [ \"$major\" -ge 5 ]; then",
         f"  ARGS=({words(mpirun_args_for(args, 5))})",

@@ -110,9 +110,3 @@ def dump(data: dict, header: str = "") -> str:
     """The document: header as comment lines, then data."""
     lines = _comments(header, 0) if header else []
     return "\n".join(lines + _mapping(data, 0)) + "\n"
-
-
-def dump_all(documents: "list[dict]", header: str = "") -> str:
-    """Several documents in one file, separated by '---'."""
-    parts = [dump(d, header if i == 0 else "") for i, d in enumerate(documents)]
-    return "---\n".join(parts)

@@ -242,8 +242,12 @@ def check_torch_allreduce(ctx: Ctx, host: str = "") -> Check:
            ("MASTER_ADDR", here), ("MASTER_PORT", RENDEZVOUS_PORT))
     # The python3 that imports torch here (the same image is at the same path there): an
     # SSH command's PATH often lacks a conda or pyenv interpreter.
-    local = LaunchHalf(spath, ctx.python, ppath, env, user=ctx.user)
-    remote = LaunchHalf(spath, ctx.python, ppath, env, host=other, port=ctx.port, user=ctx.user)
+    # Each half's rank said outright: a NODE_RANK in verify's environment (the platform's
+    # rank of this instance in the whole job) would reach the local half and, for HOSTS of
+    # two, be refused or make both halves rank 1.
+    local = LaunchHalf(spath, ctx.python, ppath, env + (("NODE_RANK", "0"),), user=ctx.user)
+    remote = LaunchHalf(spath, ctx.python, ppath, env + (("NODE_RANK", "1"),), host=other,
+                        port=ctx.port, user=ctx.user)
     with ThreadPoolExecutor(max_workers=2) as pool:
         r_local, r_remote = gather(ctx, [pool.submit(ctx.ask, local),
                                          pool.submit(ctx.ask, remote)])
