@@ -86,7 +86,7 @@ def test_pytorch_tcp_installs_nothing_needs_no_ssh_and_says_why():
     assert not p.needs_root
     assert "Nothing needs installing for PyTorch over TCP" in reasons(p)
     assert "no SSH server" in reasons(p)
-    assert dict(p.launch_env) == {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "eth0"}
+    assert dict(p.launch_env) == {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "=eth0"}
 
 
 def test_ssh_recipe_is_for_mpi_only():
@@ -134,8 +134,8 @@ def test_pytorch_ib_nccl_env_and_conf_file(tmp_path):
     user = dataclasses.replace(PRIVILEGES["sudo"], home=str(tmp_path))
     f = make_facts("debian12", user)
     p = plan_for(f, framework="pytorch", network="ib")
-    assert dict(p.launch_env) == {"NCCL_IB_DISABLE": "0", "NCCL_IB_HCA": "mlx5_0:1,mlx5_1:1",
-                                  "NCCL_SOCKET_IFNAME": "eth0"}
+    assert dict(p.launch_env) == {"NCCL_IB_DISABLE": "0", "NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1",
+                                  "NCCL_SOCKET_IFNAME": "=eth0"}
     conf = steps(p)["pytorch-ib/nccl-conf"]
     assert conf.as_ == "user"
     # the step's own text, run for real as apply runs it (the operations library first): it
@@ -143,7 +143,7 @@ def test_pytorch_ib_nccl_env_and_conf_file(tmp_path):
     env = dict(os.environ, HW_STATE=str(tmp_path / "ops-state"))
     subprocess.run(["bash", "-euo", "pipefail", "-c", ops.runnable(conf.run)], check=True, env=env)
     text = (tmp_path / ".nccl.conf").read_text()
-    assert "NCCL_IB_HCA=mlx5_0:1,mlx5_1:1\n" in text and "NCCL_SOCKET_IFNAME=eth0\n" in text
+    assert "NCCL_IB_HCA==mlx5_0:1,mlx5_1:1\n" in text and "NCCL_SOCKET_IFNAME==eth0\n" in text
     assert subprocess.run(["bash", "-c", ops.runnable(conf.check)], env=env).returncode == 0
     subprocess.run(["bash", "-euo", "pipefail", "-c", ops.runnable(conf.undo)], check=True, env=env)
     assert not (tmp_path / ".nccl.conf").exists()
@@ -429,3 +429,59 @@ def test_ibv_devinfo_without_any_device_is_no_rdma_device(tmp_path, monkeypatch,
     f = detect(str(root), run_commands=True)
     assert f.hcas == () and f.warnings == ()
     assert not [n for n in f.notes if "ibv_devinfo" in n]
+
+
+# --- devices NCCL and UCX accept (issue 17) ---------------------------------------------------
+
+MIXED = (Hca("mlx5_0", "mlx5_core", "0x15b3", ports=(port("mlx5_0", netdev="ib0"),)),
+         Hca("mlx5_1", "mlx5_core", "0x15b3", ports=(port("mlx5_1", layer="Ethernet",
+                                                           netdev="ens1f0np0"),)),
+         Hca("mlx5_10", "mlx5_core", "0x15b3", ports=(port("mlx5_10", netdev="ib1"),)))
+
+
+@pytest.mark.parametrize("framework", ["mpi", "pytorch"])
+def test_one_link_layer_exact_names_and_the_reason_in_the_plan(framework):
+    """mlx5_0 and mlx5_10 are InfiniBand, mlx5_1 RoCE: NCCL refuses to mix link layers, and
+    NCCL_IB_HCA=mlx5_1 would also take mlx5_10. The job gets the InfiniBand ports, named
+    exactly ('=' for NCCL; UCX matches whole names), and the plan says what was left out."""
+    f = with_(make_facts("debian12"), hcas=MIXED)
+    p = plan_for(f, framework=framework, network="ib")
+    env = dict(p.launch_env)
+    if framework == "pytorch":
+        assert env["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_10:1"
+        assert env["NCCL_SOCKET_IFNAME"] == "=eth0"
+    else:
+        assert env["UCX_NET_DEVICES"] == "mlx5_0:1,mlx5_10:1"
+    (w,) = [w for w in p.warnings if "link layers" in w]
+    assert "InfiniBand ones (mlx5_0:1, mlx5_10:1)" in w and "leaves out mlx5_1:1" in w
+
+
+def test_one_link_layer_is_no_warning():
+    p = plan_for(make_facts("debian12"), framework="pytorch", network="ib")
+    assert not [w for w in p.warnings if "link layers" in w]
+    roce = tuple(Hca(h.name, h.driver, h.vendor_id, ports=tuple(
+        dataclasses.replace(q, link_layer="Ethernet") for q in h.ports)) for h in TWO_HDR)
+    p = plan_for(with_(make_facts("debian12"), hcas=roce), framework="pytorch", network="ib")
+    assert dict(p.launch_env)["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1"
+    assert not [w for w in p.warnings if "link layers" in w]
+
+
+def test_mixed_link_layers_detected_from_sysfs_give_the_infiniband_ports(tmp_path):
+    """The same machine as a sysfs tree, read by detection: mlx5_0 and mlx5_10 InfiniBand,
+    mlx5_1 RoCE (Ethernet), all ACTIVE."""
+    from hpcwizard.detect import detect
+
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc/os-release").write_text('ID=debian\nVERSION_ID="12"\nPRETTY_NAME="Debian 12"\n')
+    for hca, layer in (("mlx5_0", "InfiniBand"), ("mlx5_1", "Ethernet"),
+                       ("mlx5_10", "InfiniBand")):
+        ports = root / "sys/class/infiniband" / hca / "ports/1"
+        ports.mkdir(parents=True)
+        for k, v in {"state": "4: ACTIVE", "phys_state": "5: LinkUp",
+                     "rate": "200 Gb/sec (4X HDR)", "link_layer": layer}.items():
+            (ports / k).write_text(v + "\n")
+    f = detect(str(root))
+    assert sorted(p.name for p in f.active_ports) == ["mlx5_0:1", "mlx5_10:1", "mlx5_1:1"]
+    p = plan_for(f, framework="pytorch", network="ib")
+    assert dict(p.launch_env)["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_10:1"

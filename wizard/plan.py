@@ -13,7 +13,7 @@ from . import ops, vocab
 from .catalog import (Catalog, PackageNames, Preset, Recipe, StepSpec, shipped_package_names,
                       substitute)
 from .choices import Choices
-from .facts import Facts, OsInfo, SshDir
+from .facts import Facts, OsInfo, Port, SshDir
 from .i18n import N_, _, pick, translations
 from .inputs import ascii_int
 from .peers import Peers, resolve_peers
@@ -620,6 +620,9 @@ def build_plan(facts: Facts, choices: Choices, catalog: Catalog,
         warnings.append(platform_ssh_note(provided, target))
     elif peers is not None and peers.warning:  # (no client settings are written then)
         warnings.append(peers.warning)
+    mixed = job_ports(facts)[1] if choices.network == "ib" else ""
+    if mixed:
+        warnings.append(mixed)
     if choices.host_keys == "off" and peers is not None:  # (PyTorch gets no SSH settings)
         warnings.append(_("Host keys are not checked (--host-keys off): any machine answering "
                           "to '{peers}' on port {port} is trusted.").format(
@@ -652,23 +655,47 @@ def socket_iface(facts: Facts) -> str:
     return ""
 
 
+def job_ports(facts: Facts) -> "tuple[Tuple[Port, ...], str]":
+    """The active hardware RDMA ports the job uses, all of one link layer, and why others
+    were left out ("" when none was). NCCL refuses to mix them ("Try selecting NICs of only
+    one link type using NCCL_IB_HCA"), and UCX would stripe over devices whose transports
+    differ: InfiniBand when it is active beside RoCE (Ethernet), whose GID and traffic class
+    would also need choosing."""
+    ports = tuple(p for p in facts.active_ports if _SAFE_NAME.match(p.name))
+    layers = {p.link_layer for p in ports}
+    if len(layers) < 2:
+        return ports, ""
+    keep = "InfiniBand" if "InfiniBand" in layers else sorted(layers)[0]
+    left = [p.name for p in ports if p.link_layer != keep]
+    return (tuple(p for p in ports if p.link_layer == keep),
+            _("Active RDMA ports of two link layers: the job uses the {layer} ones ({kept}) and "
+              "leaves out {left}, because NCCL refuses to mix link layers and UCX would stripe "
+              "over both.").format(layer=keep, kept=", ".join(p.name for p in ports
+                                                             if p.link_layer == keep),
+                                   left=", ".join(left)))
+
+
 def rdma_devices(facts: Facts) -> str:
-    """The active hardware RDMA ports as UCX_NET_DEVICES and NCCL_IB_HCA want them."""
-    return ",".join(p.name for p in facts.active_ports if _SAFE_NAME.match(p.name))
+    """The job's RDMA ports (job_ports) as UCX_NET_DEVICES wants them: mlx5_0:1,mlx5_10:1
+    (UCX matches device names whole)."""
+    return ",".join(p.name for p in job_ports(facts)[0])
 
 
 def nccl_settings(facts: Facts, network: str) -> Tuple[Tuple[str, str], ...]:
+    """NCCL_IB_HCA and NCCL_SOCKET_IFNAME are prefix matches unless they start with '='
+    (NCCL's environment docs): 'mlx5_1' would also take mlx5_10..mlx5_19, 'eth0' eth0.100.
+    Both are written as exact lists."""
     env: List[Tuple[str, str]] = []
     if network == "ib":
         env.append(("NCCL_IB_DISABLE", "0"))
         hcas = rdma_devices(facts)
         if hcas:
-            env.append(("NCCL_IB_HCA", hcas))
+            env.append(("NCCL_IB_HCA", "=" + hcas))
     else:
         env.append(("NCCL_IB_DISABLE", "1"))
     iface = socket_iface(facts)
     if iface:
-        env.append(("NCCL_SOCKET_IFNAME", iface))
+        env.append(("NCCL_SOCKET_IFNAME", "=" + iface))
     return tuple(env)
 
 
