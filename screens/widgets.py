@@ -17,10 +17,11 @@ from textual.widgets import Button, Footer, Header, Input, Label, RadioButton, R
 
 from hpcwizard.i18n import N_, _, get_language, width
 
+# Short: the eight sit three to a row in 80 columns (wizard.tcss, #export-format)
 FORMAT_LABELS = {"setup": N_("Setup script"), "dockerfile": N_("Dockerfile"),
-                 "launch": N_("Launch script"), "sbatch": N_("Slurm batch script"),
-                 "mpijob": N_("Kubeflow MPIJob"), "pytorchjob": N_("Kubeflow PyTorchJob"),
-                 "trainjob": N_("Kubeflow TrainJob"), "volcano": N_("Volcano Job")}
+                 "launch": N_("Launch script"), "sbatch": N_("Slurm sbatch"),
+                 "mpijob": N_("MPIJob"), "pytorchjob": N_("PyTorchJob"),
+                 "trainjob": N_("TrainJob"), "volcano": N_("Volcano Job")}
 # Keys Textual's own classes bind (shown in the `?` help): translated like ours
 TEXTUAL_KEYS = (N_("Focus Next"), N_("Focus Previous"), N_("Copy selected text"))
 WROTE = {"setup": N_("Wrote setup script {path}"), "dockerfile": N_("Wrote dockerfile {path}"),
