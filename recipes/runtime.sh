@@ -531,7 +531,13 @@ _hw_rt_port_open() { timeout 2 bash -c ': </dev/tcp/"$1"/"$2"' _ "$1" "$2" 2>/de
 # ops.sh's _hw_say, _hw_is_sshd and _hw_sshd_pid (the launch script embeds them).
 hw_rt_sshd() {
   local port=$1 i pid pidfile=/run/sshd.pid config='' systemd=0 unit=ssh
-  if [ "$(id -u)" -ne 0 ]; then pidfile=$HOME/.ssh/sshd.pid config=$HOME/.sshd_config; fi
+  if [ "$(id -u)" -ne 0 ]; then
+    # the pid file the user's sshd configuration names: apply writes ~/.ssh/sshd.pid, or
+    # ~/.hpcwizard-sshd/sshd.pid beside a ~/.ssh the platform provides
+    config=$HOME/.sshd_config
+    pidfile=$(awk '$1 == "PidFile" {print $2; exit}' "$config" 2>/dev/null) || true
+    pidfile=${pidfile:-$HOME/.ssh/sshd.pid}
+  fi
   : "$config" "$systemd" "$unit"  # read by _hw_sshd_pid
   if _hw_rt_port_open 127.0.0.1 "$port"; then
     if pid=$(_hw_sshd_pid 2>&1); then

@@ -267,3 +267,25 @@ def test_the_launch_script_reports_a_pid_file_naming_another_program(tmp_path, p
     assert alive(sleeper)
     assert list((fk["home"] / ".hpcwizard/launch").glob("hosts.*")) == []  # its mktemp file
     assert stat.S_IMODE((fk["home"] / ".hpcwizard/launch").stat().st_mode) == 0o700
+
+
+def test_the_launch_script_reads_the_pid_file_the_users_sshd_config_names(tmp_path, procs):
+    """Beside a platform's ~/.ssh the user's sshd keeps its pid file in ~/.hpcwizard-sshd
+    (its ~/.sshd_config says PidFile): the launch script looks there, not in ~/.ssh."""
+    from test_launch import _fakes, _run
+
+    fk = _fakes(tmp_path, "node01", {"node01": "10.0.0.1"})
+    fake_id = Path(fk["env"]["PATH"].split(":")[0]) / "id"
+    fake_id.write_text('#!/bin/bash\n[ "${1:-}" = -u ] && { echo 4242; exit 0; }; echo alice\n')
+    fake_id.chmod(0o755)
+    sleeper = procs(["sleep", "300"])
+    own = fk["home"] / ".hpcwizard-sshd"
+    own.mkdir()
+    (own / "sshd.pid").write_text(f"{sleeper.pid}\n")
+    (fk["home"] / ".sshd_config").write_text(f"Port 2222\nPidFile {own}/sshd.pid\n")
+    text = launch_script(build_plan(facts(user=ROOT), make_choices(
+        framework="mpi", network="tcp", mode="manual"), load_catalog()))
+    r = _run(tmp_path, text, {**fk["env"], "HOSTS": "node01"}, ["--", "hostname"])
+    assert r.returncode == 0, r.stderr
+    assert f"{own}/sshd.pid names pid {sleeper.pid} (sleep, user {ME})" in r.stderr, r.stderr
+    assert alive(sleeper)
