@@ -18,6 +18,7 @@ output of a bare `python3 -c print(...)` in the same terminal."""
 import asyncio
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -134,15 +135,15 @@ def jupyter_starts(repeats: int) -> List[Dict[str, float]]:
         for _ in range(repeats + 1):  # the first warms the page cache
             term = browser.open_terminal()
             term.wait_until("the shell's prompt", lambda: term.screen().strip())
-            term.type("python3 -m hpcwizard; echo HPCWIZARD-EXIT=$?")
+            term.type(f"{shlex.quote(sys.executable)} -m hpcwizard; echo HPCWIZARD-EXIT=$?")
             term.wait_for("echo HPCWIZARD-EXIT=$?", wrapped=True)
             paint, facts = term.enter_and_time(FIRST_PAINT, *FACTS_SHOWN)
             failed = float("Detection failed" in term.screen())
             term.type("q")
             term.wait_for("HPCWIZARD-EXIT=")
             # beside each start, the same login shell starting a bare interpreter: what the
-            # machine's load and the PATH's python3 (a pyenv shim, say) cost both alike
-            term.type("python3 -c 'print(\"HPCWIZARD\" + \"-BARE\")'")
+            # machine's load and the interpreter's own start cost both alike
+            term.type(f"{shlex.quote(sys.executable)} -c 'print(\"HPCWIZARD\" + \"-BARE\")'")
             term.wait_for("-BARE\")'", wrapped=True)
             bare, _ = term.enter_and_time("HPCWIZARD-BARE")
             out.append({"paint": paint, "facts": facts, "failed": failed, "python_c": bare})

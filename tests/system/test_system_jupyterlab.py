@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import sys
 import tempfile
 import unicodedata
 from dataclasses import dataclass
@@ -29,7 +30,9 @@ from _tui_fixtures import gpu_ib, write_facts
 
 pytestmark = pytest.mark.system
 
-WIZARD = "python3 -m hpcwizard"
+# the interpreter the tests run under, by path: JupyterLab starts a login shell when its own
+# output is not a terminal (as in CI), and /etc/profile's PATH may hold another python3
+WIZARD = f"{shlex.quote(sys.executable)} -m hpcwizard"
 # browser window sizes in CSS pixels: where each test starts, and a smaller and a larger one.
 # terminado exports COLUMNS/LINES and bash (checkwinsize) keeps them right up to the
 # wizard's start: a pinned size shows only once the window changes under the running wizard
