@@ -10,6 +10,8 @@ import dataclasses
 import importlib
 import os
 import shlex
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -138,20 +140,25 @@ def detect(
     probes = list(PROBES)
     # Longest chain inside one probe: a few commands in a row (torch alone gets 3 x timeout).
     deadline = timeout * 4 + 1.0
-    from concurrent.futures import ThreadPoolExecutor, wait  # logging and more: not at import
+    # A thread per probe rather than concurrent.futures, which imports logging and more
+    # (a tenth of detect's own import time); daemon threads, so that a probe still stuck past
+    # the deadline cannot hold up the exit.
+    results: List[Optional[Found]] = [None] * len(probes)
 
-    pool = ThreadPoolExecutor(max_workers=len(probes), thread_name_prefix="hpcwizard-detect")
-    try:
-        futures = [pool.submit(run_probe, p, ctx) for p in probes]
-        wait(futures, timeout=deadline)
-        founds = []
-        for probe, fut in zip(probes, futures):
-            if fut.done():
-                founds.append(fut.result())
-            else:
-                fut.cancel()
-                founds.append(Found(notes=[note("probe.deadline", label=probe.label,
-                                                seconds=f"{deadline:g}")]))
-    finally:
-        pool.shutdown(wait=False)
+    def work(i: int, probe: Probe) -> None:
+        results[i] = run_probe(probe, ctx)
+
+    threads = [threading.Thread(target=work, args=(i, p), daemon=True,
+                                name=f"hpcwizard-detect-{p.name}")
+               for i, p in enumerate(probes)]
+    for t in threads:
+        t.start()
+    end = time.monotonic() + deadline
+    for t in threads:
+        t.join(max(0.0, end - time.monotonic()))
+    founds = []
+    for probe, found in zip(probes, results):
+        founds.append(found if found is not None else
+                      Found(notes=[note("probe.deadline", label=probe.label,
+                                        seconds=f"{deadline:g}")]))
     return merge(founds, notes)

@@ -6,7 +6,6 @@ version and, per GPU, its model.
 """
 from __future__ import annotations
 
-import csv
 import io
 import re
 from dataclasses import replace
@@ -31,6 +30,8 @@ def _int(text: str) -> Optional[int]:
 def parse_nvidia_smi_csv(text: str) -> Tuple[Gpu, ...]:
     """'0, NVIDIA H100 80GB HBM3, 81559, 590.48.01' lines -> GPUs ('[N/A]' -> unknown)."""
     gpus: List[Gpu] = []
+    import csv  # only with GPUs: detect imports gpu.py on every machine
+
     for row in csv.reader(io.StringIO(text), skipinitialspace=True):
         index = ascii_int(row[0]) if len(row) >= 2 else None  # '²'.isdigit() is True
         if index is None:
