@@ -69,3 +69,59 @@ def make_facts(tree: str = "debian12", user: UserInfo = ROOT, *, ib: bool = True
 
 def with_(facts: Facts, **changes) -> Facts:
     return dataclasses.replace(facts, **changes)
+
+
+# --- sysfs trees of RDMA ports (issue 17) -------------------------------------------------------
+
+EMPTY_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
+
+
+def gid_of(address: str) -> str:
+    """An address as the kernel prints a GID: 10.0.0.5 -> 0000:...:ffff:0a00:0005 (IPv4-mapped),
+    fe80::5054:ff:fe12:3456 -> fe80:0000:0000:0000:5054:00ff:fe12:3456."""
+    import ipaddress
+
+    ip = ipaddress.ip_address(address)
+    if ip.version == 4:
+        ip = ipaddress.IPv6Address("::ffff:" + address)
+    return ":".join(ip.exploded.split(":"))
+
+
+def roce_gid_table(*addresses: str, empty: int = 2) -> Tuple[Tuple[str, str], ...]:
+    """A RoCE port's GID table as mlx5 fills it: each address twice, 'IB/RoCE v1' then
+    'RoCE v2', in the order the addresses came (the link-local one first), then empty slots
+    (type ''), whose type the kernel refuses to read."""
+    table = [(kind, gid_of(a)) for a in addresses for kind in ("IB/RoCE v1", "RoCE v2")]
+    return tuple(table) + (("", EMPTY_GID),) * empty
+
+
+def sysfs_port(root: Path, hca: str, n: int = 1, *, layer: str = "InfiniBand",
+               state: str = "4: ACTIVE", rate: str = "200 Gb/sec (4X HDR)", netdev: str = "",
+               gids: Tuple[Tuple[str, str], ...] = ()) -> Path:
+    """Write port n of hca under root/sys/class/infiniband as the kernel shows it: state,
+    rate, link layer and, when given, the GID table (ports/N/gids/I, gid_attrs/types/I,
+    gid_attrs/ndevs/I). An empty slot's type file is written empty: see test_detect_rdma_gid's
+    einval for what a real kernel does."""
+    port_dir = root / "sys/class/infiniband" / hca / "ports" / str(n)
+    port_dir.mkdir(parents=True, exist_ok=True)
+    phys = "5: LinkUp" if "ACTIVE" in state else "2: Polling"
+    for k, v in {"state": state, "phys_state": phys, "rate": rate, "link_layer": layer}.items():
+        (port_dir / k).write_text(v + "\n")
+    if gids:
+        for sub in ("gids", "gid_attrs/types", "gid_attrs/ndevs"):
+            (port_dir / sub).mkdir(parents=True, exist_ok=True)
+        for i, (kind, gid) in enumerate(gids):
+            (port_dir / "gids" / str(i)).write_text(gid + "\n")
+            (port_dir / "gid_attrs/types" / str(i)).write_text(kind + "\n" if kind else "")
+            if kind and netdev:
+                (port_dir / "gid_attrs/ndevs" / str(i)).write_text(netdev + "\n")
+    return port_dir
+
+
+def rdma_machine(root: Path) -> Path:
+    """A Debian 12 tree with /dev/infiniband/uverbs0, to add sysfs_port()s to."""
+    (root / "etc").mkdir(parents=True, exist_ok=True)
+    (root / "etc/os-release").write_text('ID=debian\nVERSION_ID="12"\nPRETTY_NAME="Debian 12"\n')
+    (root / "dev/infiniband").mkdir(parents=True, exist_ok=True)
+    (root / "dev/infiniband/uverbs0").write_text("")
+    return root

@@ -233,7 +233,7 @@ def test_summary_of_rdma_machine_is_aligned_and_complete():
     f = detect(root("rdma-ib-hdr"))
     text = format_summary(f)
     for needle in ("Ubuntu 22.04.4 LTS", "mlx5_0:1", "ACTIVE", "200 Gb/s", "InfiniBand", "ib0",
-                   "/dev/infiniband/uverbs0", "nvidia_peermem loaded", "port 2222", "Notes"):
+                   "/dev/infiniband/uverbs0", "GPUDirect      nvidia_peermem", "port 2222", "Notes"):
         assert needle in text, needle
     # Section rows: the value column starts at the same place in every labelled row.
     rows = [line for line in text.splitlines() if line.startswith("  ") and not line.startswith("  -")]

@@ -73,7 +73,7 @@ def test_mpi_ib_rhel_family_names(tree, pm):
 
 def test_pytorch_ib_packages_per_family():
     deb = packages(plan_for(make_facts("ubuntu2204"), framework="pytorch", network="ib"))
-    assert deb == GUIDE_TORCH_IB
+    assert deb == GUIDE_TORCH_IB + ["perftest"]  # perftest: verify --bandwidth's ib_write_bw
     rhel = packages(plan_for(make_facts("rocky9"), framework="pytorch", network="ib"))
     assert {"rdma-core", "libibverbs", "libibverbs-utils", "rdma-core-devel"} <= set(rhel)
     assert "libibverbs-dev" not in rhel
@@ -86,7 +86,8 @@ def test_pytorch_tcp_installs_nothing_needs_no_ssh_and_says_why():
     assert not p.needs_root
     assert "Nothing needs installing for PyTorch over TCP" in reasons(p)
     assert "no SSH server" in reasons(p)
-    assert dict(p.launch_env) == {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "=eth0"}
+    assert dict(p.launch_env) == {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "=eth0",
+                                  "GLOO_SOCKET_IFNAME": "eth0"}
 
 
 def test_ssh_recipe_is_for_mpi_only():
@@ -135,7 +136,7 @@ def test_pytorch_ib_nccl_env_and_conf_file(tmp_path):
     f = make_facts("debian12", user)
     p = plan_for(f, framework="pytorch", network="ib")
     assert dict(p.launch_env) == {"NCCL_IB_DISABLE": "0", "NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1",
-                                  "NCCL_SOCKET_IFNAME": "=eth0"}
+                                  "NCCL_SOCKET_IFNAME": "=eth0", "GLOO_SOCKET_IFNAME": "eth0"}
     conf = steps(p)["pytorch-ib/nccl-conf"]
     assert conf.as_ == "user"
     # the step's own text, run for real as apply runs it (the operations library first): it
@@ -144,6 +145,7 @@ def test_pytorch_ib_nccl_env_and_conf_file(tmp_path):
     subprocess.run(["bash", "-euo", "pipefail", "-c", ops.runnable(conf.run)], check=True, env=env)
     text = (tmp_path / ".nccl.conf").read_text()
     assert "NCCL_IB_HCA==mlx5_0:1,mlx5_1:1\n" in text and "NCCL_SOCKET_IFNAME==eth0\n" in text
+    assert "GLOO" not in text  # NCCL's file: gloo reads only the environment
     assert subprocess.run(["bash", "-c", ops.runnable(conf.check)], env=env).returncode == 0
     subprocess.run(["bash", "-euo", "pipefail", "-c", ops.runnable(conf.undo)], check=True, env=env)
     assert not (tmp_path / ".nccl.conf").exists()
@@ -288,11 +290,11 @@ def test_already_on_a_matching_mpi_ib_image():
 
 
 def test_already_on_a_matching_pytorch_image():
-    f = make_facts("ubuntu2204", packages={p: "1" for p in GUIDE_TORCH_IB}, torch_version="2.3.1",
-                   gpus=H100)
+    f = make_facts("ubuntu2204", packages={p: "1" for p in GUIDE_TORCH_IB + ["perftest"]},
+                   torch_version="2.3.1", gpus=H100)
     p = plan_for(f, framework="pytorch", network="ib")
     assert p.recommendation.path == "configure"
-    assert "already matches the job (all 6 packages installed, PyTorch 2.3.1)" in reasons(p)
+    assert "already matches the job (all 7 packages installed, PyTorch 2.3.1)" in reasons(p)
 
 
 # --- UCX from a URL ---------------------------------------------------------------------------
@@ -485,3 +487,6 @@ def test_mixed_link_layers_detected_from_sysfs_give_the_infiniband_ports(tmp_pat
     assert sorted(p.name for p in f.active_ports) == ["mlx5_0:1", "mlx5_10:1", "mlx5_1:1"]
     p = plan_for(f, framework="pytorch", network="ib")
     assert dict(p.launch_env)["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_10:1"
+    # InfiniBand is used: no RoCE GID index, and gloo gets the interface by its exact name
+    assert "NCCL_IB_GID_INDEX" not in dict(p.launch_env)
+    assert "GLOO_SOCKET_IFNAME" not in dict(p.launch_env)  # (this tree has no interfaces)

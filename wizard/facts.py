@@ -52,6 +52,9 @@ class Runtime:
     container: str = "unknown"  # docker | podman | kubernetes | lxc | containerd | none | unknown
     pid1: str = ""  # the command name of PID 1
     jupyter: bool = False
+    # The size of /dev/shm in MiB (None: not measured). NCCL and UCX put their intra-node
+    # buffers there; Docker and Kubernetes give a container 64 MB unless told otherwise.
+    shm_mib: Optional[int] = None
 
     @property
     def systemd(self) -> bool:
@@ -75,6 +78,10 @@ class Port:
     rate_gbps: Optional[float] = None
     link_layer: str = "unknown"  # InfiniBand | Ethernet
     netdev: str = ""
+    # RoCE: the lowest GID index whose type is RoCE v2 and whose GID is an IPv4 address
+    # (::ffff:a.b.c.d), the one NCCL_IB_GID_INDEX and UCX_IB_GID_INDEX need; None for
+    # InfiniBand, or when the port has none (or its GID table was not read)
+    roce_v2_ipv4_gid: Optional[int] = None
 
     @property
     def active(self) -> bool:
@@ -114,7 +121,11 @@ class Rdma:
     uverbs: Tuple[str, ...] = ()  # /dev/infiniband/uverbs* present in this container
     memlock_kib: Optional[int] = None  # None = unlimited (or unknown: see notes)
     memlock_unlimited: bool = False
-    peermem: bool = False  # nvidia_peermem loaded (GPUDirect RDMA)
+    peermem: bool = False  # a peer-memory module for GPUDirect RDMA is loaded (see gpudirect)
+    # How NCCL can give the NIC GPU memory (GPUDirect RDMA), as NCCL checks it: the first of
+    # "nv_mem" | "nv_mem_nc" | "nvidia_peermem" (peer-memory modules) | "dmabuf"; "" = none
+    # found (or not looked for: older facts)
+    gpudirect: str = ""
 
 
 @dataclass(frozen=True)

@@ -590,6 +590,20 @@ def chosen_recipes(facts: Facts, choices: Choices, catalog: Catalog,
             if all(cond[c] for c in r.when)]
 
 
+# Detection's warnings that matter to some jobs only (by code; every other one is for all):
+# the locked-memory limit only to RDMA, GPUDirect RDMA only to NCCL over it. /dev/shm
+# (runtime.shm-small) is for all: NCCL's, UCX's and Open MPI's intra-node transports use it.
+_WARNING_FOR = {
+    "rdma.memlock-low": lambda c: c.network == "ib",
+    "rdma.no-gpudirect": lambda c: c.framework == "pytorch" and c.network == "ib",
+}
+
+
+def detected_warning_applies(warning: str, choices: Choices) -> bool:
+    applies = _WARNING_FOR.get(getattr(warning, "code", ""))
+    return applies is None or applies(choices)
+
+
 def build_plan(facts: Facts, choices: Choices, catalog: Catalog,
                env: Optional[Mapping[str, str]] = None) -> Plan:
     """env: where the job's host names are read when no peers are given (os.environ)."""
@@ -614,7 +628,7 @@ def build_plan(facts: Facts, choices: Choices, catalog: Catalog,
             if all(cond[c] for c in spec.when):
                 steps.append(_peers_noted(_step(recipe, spec, values), peers))
     steps_t = tuple(steps)
-    warnings: List[str] = list(facts.warnings)
+    warnings: List[str] = [w for w in facts.warnings if detected_warning_applies(w, choices)]
     provided = platform_ssh_dir(facts, target) if peers is not None else None
     if provided is not None:
         warnings.append(platform_ssh_note(provided, target))
@@ -623,6 +637,9 @@ def build_plan(facts: Facts, choices: Choices, catalog: Catalog,
     mixed = job_ports(facts)[1] if choices.network == "ib" else ""
     if mixed:
         warnings.append(mixed)
+    roce = roce_gid_index(facts)[1] if choices.network == "ib" else ""
+    if roce:
+        warnings.append(roce)
     if choices.host_keys == "off" and peers is not None:  # (PyTorch gets no SSH settings)
         warnings.append(_("Host keys are not checked (--host-keys off): any machine answering "
                           "to '{peers}' on port {port} is trusted.").format(
@@ -681,16 +698,53 @@ def rdma_devices(facts: Facts) -> str:
     return ",".join(p.name for p in job_ports(facts)[0])
 
 
+def roce_gid_index(facts: Facts) -> "tuple[Optional[int], str]":
+    """The GID index for NCCL_IB_GID_INDEX and UCX_IB_GID_INDEX when the job's ports are RoCE,
+    and a plan warning. NCCL before 2.21 (the preset PyTorch image has 2.20.5) uses GID 0
+    unless told, a RoCE v1 GID that does not cross IP subnets; the RoCE v2 GID with an IPv4
+    address does. One variable names one index for every port: when the ports' indexes
+    differ, neither is set. The traffic class (NCCL_IB_TC) is the platform's: which class its
+    switches keep lossless is not visible from here."""
+    ports = [p for p in job_ports(facts)[0] if p.link_layer == "Ethernet"]
+    if not ports:
+        return None, ""
+    indexes = {p.roce_v2_ipv4_gid for p in ports}
+    names = ", ".join(p.name for p in ports)
+    if len(indexes) == 1 and None not in indexes:
+        index = indexes.pop()
+        return index, _("The job's RDMA ports ({ports}) are RoCE: the GID index the job uses "
+                        "is {index}, their RoCE v2 GID with an IPv4 address (NCCL_IB_GID_INDEX "
+                        "for NCCL, UCX_IB_GID_INDEX for MPI over UCX). The traffic class "
+                        "(NCCL_IB_TC) is left to the platform, whose switches decide which "
+                        "class is lossless.").format(ports=names, index=index)
+    if indexes == {None}:
+        return None, _("No RoCE v2 GID with an IPv4 address was found on the RoCE ports "
+                       "({ports}): NCCL_IB_GID_INDEX and UCX_IB_GID_INDEX are not set, and "
+                       "NCCL before 2.21 then uses GID 0 (RoCE v1), which does not cross IP "
+                       "subnets. Give their network interfaces an IPv4 address.").format(
+            ports=names)
+    each = ", ".join(f"{p.name} {p.roce_v2_ipv4_gid if p.roce_v2_ipv4_gid is not None else '-'}"
+                     for p in ports)
+    return None, _("The RoCE ports' RoCE v2 GIDs with an IPv4 address have different indexes "
+                   "({each}): NCCL_IB_GID_INDEX and UCX_IB_GID_INDEX take one index for all "
+                   "ports, so they are not set. NCCL 2.21 or later picks each port's itself; "
+                   "before 2.21 it uses GID 0 (RoCE v1, which does not cross IP subnets): "
+                   "use ports whose GID tables agree, or a newer NCCL.").format(each=each)
+
+
 def nccl_settings(facts: Facts, network: str) -> Tuple[Tuple[str, str], ...]:
     """NCCL_IB_HCA and NCCL_SOCKET_IFNAME are prefix matches unless they start with '='
     (NCCL's environment docs): 'mlx5_1' would also take mlx5_10..mlx5_19, 'eth0' eth0.100.
-    Both are written as exact lists."""
+    Both are written as exact lists. On RoCE, NCCL_IB_GID_INDEX (roce_gid_index)."""
     env: List[Tuple[str, str]] = []
     if network == "ib":
         env.append(("NCCL_IB_DISABLE", "0"))
         hcas = rdma_devices(facts)
         if hcas:
             env.append(("NCCL_IB_HCA", "=" + hcas))
+        gid = roce_gid_index(facts)[0]
+        if gid is not None:
+            env.append(("NCCL_IB_GID_INDEX", str(gid)))
     else:
         env.append(("NCCL_IB_DISABLE", "1"))
     iface = socket_iface(facts)
@@ -705,7 +759,10 @@ def launch_settings(facts: Facts, choices: Choices) -> "tuple[Tuple[Tuple[str, s
     MPI: ssh on the chosen port; over InfiniBand '--mca pml ucx' (Debian and Ubuntu disable UCX
     in /etc/openmpi/openmpi-mca-params.conf, and elsewhere it makes a job fail instead of
     falling back to TCP unnoticed) and UCX_NET_DEVICES from the active ports, passed to the
-    ranks with -x. PyTorch: NCCL's settings (NCCL_IB_HCA, NCCL_SOCKET_IFNAME, NCCL_IB_DISABLE).
+    ranks with -x, and on RoCE UCX_IB_GID_INDEX (roce_gid_index) the same way. PyTorch: NCCL's
+    settings (NCCL_IB_HCA, NCCL_SOCKET_IFNAME, NCCL_IB_DISABLE, NCCL_IB_GID_INDEX) and
+    GLOO_SOCKET_IFNAME, the same interface as NCCL's, for gloo (CPU tensors, and the gloo
+    groups a job makes beside NCCL's): gloo takes a comma list of exact names, no '='.
     """
     env: List[Tuple[str, str]] = []
     args: List[str] = []
@@ -717,6 +774,13 @@ def launch_settings(facts: Facts, choices: Choices) -> "tuple[Tuple[Tuple[str, s
             if devices:
                 env.append(("UCX_NET_DEVICES", devices))
                 args += ["-x", "UCX_NET_DEVICES"]
+            gid = roce_gid_index(facts)[0]
+            if gid is not None:
+                env.append(("UCX_IB_GID_INDEX", str(gid)))
+                args += ["-x", "UCX_IB_GID_INDEX"]
     else:
         env.extend(nccl_settings(facts, choices.network))
+        iface = socket_iface(facts)
+        if iface:
+            env.append(("GLOO_SOCKET_IFNAME", iface))
     return tuple(env), tuple(args)

@@ -53,6 +53,13 @@ NOTES: Dict[str, str] = {
     "runtime.pid1-unknown": N_(
         "Could not read /proc/1/comm: the init process (PID 1) is unknown."),
     "runtime.hostname-unknown": N_("The host name is unknown (no /etc/hostname)."),
+    "runtime.shm-small": N_(
+        "/dev/shm is {mib} MiB (a container's default is 64 MB): NCCL fails there (a crash in "
+        "ncclShmOpen) and so can UCX's and Open MPI's shared memory between the ranks of one "
+        "instance; 1 GiB or more is needed. It is the container's to change, when it starts: "
+        "docker run --shm-size=16g (or --ipc=host); on Kubernetes, an emptyDir volume with "
+        "medium: Memory mounted at /dev/shm."),
+    "runtime.shm-unknown": N_("The size of /dev/shm is unknown: {error}."),
     "hardware.cpus-unknown": N_("Could not count the CPUs (no /proc/cpuinfo)."),
     "hardware.memory-unknown": N_(
         "Could not read the memory size (no MemTotal in /proc/meminfo)."),
@@ -79,7 +86,17 @@ NOTES: Dict[str, str] = {
         "RDMA device plugin on Kubernetes)."),
     "rdma.memlock-low": N_(
         "The locked-memory limit (ulimit -l) is {kib} KiB, not unlimited: RDMA cannot pin its "
-        "buffers; start the container with --ulimit memlock=-1."),
+        "buffers. It is the container's to change, when it starts: docker run --ulimit "
+        "memlock=-1 --cap-add IPC_LOCK; on Kubernetes, securityContext.capabilities.add: "
+        "[\"IPC_LOCK\"] in the container's spec."),
+    "rdma.no-gpudirect": N_(
+        "GPUs and the active RDMA ports {ports} are here, but no GPUDirect RDMA: no peer-memory "
+        "module (nvidia_peermem, nv_peer_mem) is loaded, and DMA-BUF needs Linux 5.12 and the "
+        "NVIDIA driver's open kernel module 515 or later (here: Linux {kernel}, driver "
+        "{nvidia} {module}). NCCL then copies every message through host memory (its log says "
+        "\"GPU Direct RDMA Disabled\"), well below the link's bandwidth. It is the host's to "
+        "fix, not the container's: modprobe nvidia-peermem on the host, or the driver's open "
+        "kernel module for DMA-BUF."),
     "rdma.software": N_(
         "{hca} is a software RDMA device ({driver}): not hardware: no speed-up over TCP."),
     "rdma.software-over": N_(
@@ -123,8 +140,9 @@ NOTES: Dict[str, str] = {
 }
 
 # arguments that are messages themselves: a probe's label ("the GPUs"), a driver's
-# stand-in ("emulated"), both marked with N_() where they are written
-TRANSLATED_ARGS = ("label", "driver")
+# stand-in ("emulated"), the kind of NVIDIA kernel module ("(open kernel module)"), each
+# marked with N_() where it is written
+TRANSLATED_ARGS = ("label", "driver", "module")
 
 
 def note(code: str, **args: Any) -> Note:

@@ -2,22 +2,38 @@
 
 Reads <sysroot>/sys/class/infiniband/<hca>/ (ports, rates, link layers, drivers, netdevs),
 /dev/infiniband/uverbs* (is the device passed into the container?), the locked-memory limit
-(RDMA pins memory) and /sys/module/nvidia_peermem (GPUDirect RDMA). `ibv_devinfo`, when
+(RDMA pins memory), each RoCE port's GID table (which index is RoCE v2 with an IPv4 address)
+and GPUDirect RDMA as NCCL checks it (peer-memory modules, DMA-BUF). `ibv_devinfo`, when
 installed, fills gaps and tells whether user space can see the devices at all.
 """
 from __future__ import annotations
 
+import ipaddress
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..facts import Hca, Note, Port, Rdma
 from ..i18n import N_
 from ..inputs import ascii_int
 from .base import Context, Found
+from .gpu import _device_evidence as gpus_present, parse_proc_driver_version
 from .notes import note
 
 SOFTWARE_PREFIXES = {"rxe": "rdma_rxe", "siw": "siw"}
+
+# GPUDirect RDMA through a peer-memory module: the files NCCL's ncclIbGdrSupport
+# (src/transport/net_ib.cc) checks, in its order: MLNX_OFED's nv_peer_mem, its non-coherent
+# variant, and the NVIDIA driver's own nvidia-peermem.
+PEER_MEMORY = (("nv_mem", "sys/kernel/mm/memory_peers/nv_mem/version"),
+               ("nv_mem_nc", "sys/kernel/mm/memory_peers/nv_mem_nc/version"),
+               ("nvidia_peermem", "sys/module/nvidia_peermem/version"))
+# DMA-BUF instead: the kernel registers DMA-BUF memory with the NIC from Linux 5.12
+# (ibv_reg_dmabuf_mr; NCCL probes it with a dummy call), and CUDA exports GPU memory as
+# DMA-BUF from CUDA 11.7 (driver 515) with the open kernel module only (NCCL checks
+# CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, 0 with the proprietary one).
+DMABUF_KERNEL = (5, 12)
+DMABUF_DRIVER = 515
 
 
 # --- parsers -----------------------------------------------------------------------------
@@ -103,6 +119,44 @@ def parse_ulimit_l(text: str) -> Tuple[Optional[int], bool]:
     raise ValueError(f"unexpected `ulimit -l` output: {text.strip()!r}")
 
 
+def is_ipv4_gid(text: str) -> bool:
+    """A GID as sysfs prints it ('0000:0000:0000:0000:0000:ffff:0a00:0005') that is an IPv4
+    address (::ffff:a.b.c.d, here 10.0.0.5): what RoCE v2 routes across IP subnets."""
+    try:
+        v4 = ipaddress.IPv6Address((text or "").strip()).ipv4_mapped
+    except ValueError:
+        return False
+    return v4 is not None and not v4.is_unspecified
+
+
+def leading_numbers(text: str, count: int) -> Tuple[int, ...]:
+    """'5.15.0-91-generic' -> (5, 15) for count 2; () when it does not start with them."""
+    m = re.match(r"\s*([0-9]{1,9})" + r"\.([0-9]{1,9})" * (count - 1), text or "")
+    return tuple(int(g) for g in m.groups()) if m else ()
+
+
+@dataclass(frozen=True)
+class DmaBuf:
+    """What DMA-BUF GPUDirect needs, as read here (see DMABUF_KERNEL)."""
+    kernel: str = ""  # the running kernel's release, "" when unreadable
+    nvidia: str = ""  # the NVIDIA driver's version, "" when unknown
+    open_module: Optional[bool] = None  # the open kernel module? None: no driver file
+
+    @property
+    def supported(self) -> bool:
+        return (leading_numbers(self.kernel, 2) >= DMABUF_KERNEL and self.open_module is True
+                and leading_numbers(self.nvidia, 1) >= (DMABUF_DRIVER,))
+
+
+def parse_nvidia_version_file(text: str) -> Tuple[str, Optional[bool]]:
+    """/proc/driver/nvidia/version -> (driver version, open kernel module?). The open module
+    says 'NVIDIA UNIX Open Kernel Module for x86_64  550.54.15', the proprietary one 'NVIDIA
+    UNIX x86_64 Kernel Module  535.104.05'."""
+    if "NVRM version" not in (text or ""):
+        return "", None
+    return parse_proc_driver_version(text), "Open Kernel Module" in text
+
+
 def _driver_from_name(name: str) -> str:
     for prefix, driver in SOFTWARE_PREFIXES.items():
         if name.startswith(prefix):
@@ -126,6 +180,34 @@ def _netdev(ctx: Context, base: str, number: int) -> str:
     return ctx.read_value(f"{base}/parent") or ""  # rxe/siw: the Ethernet device it rides on
 
 
+def roce_v2_ipv4_gid(ctx: Context, port_dir: str) -> Optional[int]:
+    """The lowest index of the port's GID table whose type is 'RoCE v2' and whose GID is an
+    IPv4 address. An empty slot's type cannot be read (the kernel answers EINVAL): absent."""
+    indexes = sorted(i for i in (ascii_int(n) for n in ctx.listdir(f"{port_dir}/gids"))
+                     if i is not None)
+    for i in indexes:
+        kind = ctx.read_value(f"{port_dir}/gid_attrs/types/{i}")
+        if kind is not None and kind.lower() == "roce v2" and \
+                is_ipv4_gid(ctx.read_value(f"{port_dir}/gids/{i}") or ""):
+            return i
+    return None
+
+
+def read_dmabuf(ctx: Context) -> DmaBuf:
+    nvidia, open_module = parse_nvidia_version_file(ctx.read("proc/driver/nvidia/version") or "")
+    return DmaBuf(kernel=ctx.read_value("proc/sys/kernel/osrelease") or "", nvidia=nvidia,
+                  open_module=open_module)
+
+
+def gpudirect(ctx: Context, dmabuf: DmaBuf) -> str:
+    """The GPUDirect RDMA mechanism NCCL finds here: a peer-memory module first (its
+    ncclIbGdrSupport), else DMA-BUF; "" for none."""
+    for name, path in PEER_MEMORY:
+        if ctx.exists(path):
+            return name
+    return "dmabuf" if dmabuf.supported else ""
+
+
 def read_hcas(ctx: Context) -> Tuple[Hca, ...]:
     hcas = []
     for name in ctx.listdir("sys/class/infiniband"):
@@ -137,14 +219,16 @@ def read_hcas(ctx: Context) -> Tuple[Hca, ...]:
                 continue
             n = got
             pb = f"{base}/ports/{pn}"
+            layer = ctx.read_value(f"{pb}/link_layer") or "unknown"
             ports.append(Port(
                 hca=name,
                 number=n,
                 state=parse_state(ctx.read_value(f"{pb}/state") or ""),
                 phys_state=parse_state(ctx.read_value(f"{pb}/phys_state") or ""),
                 rate_gbps=parse_rate(ctx.read_value(f"{pb}/rate") or ""),
-                link_layer=ctx.read_value(f"{pb}/link_layer") or "unknown",
+                link_layer=layer,
                 netdev=_netdev(ctx, base, n),
+                roce_v2_ipv4_gid=roce_v2_ipv4_gid(ctx, pb) if layer == "Ethernet" else None,
             ))
         ports.sort(key=lambda p: p.number)
         hcas.append(Hca(
@@ -173,12 +257,20 @@ def merge_ibv(sysfs: Sequence[Hca], ibv: Sequence[Hca]) -> Tuple[Hca, ...]:
 
 # --- judgement ---------------------------------------------------------------------------
 
-def rdma_warnings(hcas: Sequence[Hca], rdma: Rdma, memlock_known: bool = True) -> List[Note]:
-    """What will break or slow down an RDMA job, one plain line each."""
+def rdma_warnings(hcas: Sequence[Hca], rdma: Rdma, memlock_known: bool = True,
+                  gpus: bool = False, dmabuf: Optional[DmaBuf] = None) -> List[Note]:
+    """What will break or slow down an RDMA job, one plain line each. gpus: this machine has
+    NVIDIA GPUs; dmabuf: what DMA-BUF needs, as read here (named when GPUDirect is missing)."""
     out = []
     active = [p for h in hcas if not h.software for p in h.ports if p.active]
     if active and not rdma.uverbs:
         out.append(note("rdma.no-uverbs", ports=", ".join(p.name for p in active)))
+    if active and gpus and not rdma.gpudirect:
+        seen = dmabuf or DmaBuf()
+        module = {True: N_("(open kernel module)"), False: N_("(proprietary kernel module)"),
+                  None: N_("(kernel module unknown)")}[seen.open_module]
+        out.append(note("rdma.no-gpudirect", ports=", ".join(p.name for p in active),
+                        kernel=seen.kernel or "?", nvidia=seen.nvidia or "?", module=module))
     any_ports = any(h.ports for h in hcas)
     if any_ports and memlock_known and not rdma.memlock_unlimited and rdma.memlock_kib is not None:
         out.append(note("rdma.memlock-low", kib=rdma.memlock_kib))
@@ -241,11 +333,14 @@ def probe(ctx: Context, found: Found) -> None:
     kib, unlimited, known = _memlock(ctx, found)
     if not known and any(h.ports for h in hcas):
         found.note("rdma.memlock-unknown")
+    dmabuf = read_dmabuf(ctx)
+    mechanism = gpudirect(ctx, dmabuf)
     rdma = Rdma(
         uverbs=uverbs,
         memlock_kib=kib,
         memlock_unlimited=unlimited,
-        peermem=ctx.exists("sys/module/nvidia_peermem"),
+        peermem=mechanism in dict(PEER_MEMORY),
+        gpudirect=mechanism,
     )
     for h in hcas:
         if h.software:
@@ -254,7 +349,7 @@ def probe(ctx: Context, found: Found) -> None:
             if not p.active:
                 phys = f", {p.phys_state}" if p.phys_state != "unknown" else ""
                 found.note("rdma.port-down", port=p.name, state=p.state, phys=phys)
-    for w in rdma_warnings(hcas, rdma, known):
+    for w in rdma_warnings(hcas, rdma, known, gpus_present(ctx), dmabuf):
         found.warn(w)
     found.set("hcas", hcas)
     found.set("rdma", rdma)

@@ -1,10 +1,13 @@
-"""Where does this run: which container, what is PID 1, is it a Jupyter terminal?"""
+"""Where does this run: which container, what is PID 1, is it a Jupyter terminal, how large is
+/dev/shm?"""
 from __future__ import annotations
 
+import os
 import socket
-from typing import Dict, Mapping, Optional
+from typing import Dict, Mapping, Optional, Tuple
 
 from ..facts import Runtime
+from ..inputs import ascii_int
 from .base import Context, Found
 
 # Words in /proc/1/cgroup paths -> container kind, checked in this order.
@@ -17,6 +20,11 @@ CGROUP_HINTS = (
     ("crio", "kubernetes"),
     ("lxc", "lxc"),
 )
+
+# Below this, NCCL's shared-memory buffers may not fit (it crashes in ncclShmOpen on Docker's
+# and Kubernetes' default of 64 MB; NVIDIA's own images say 64MB "may be insufficient" and
+# recommend --ipc=host).
+SHM_MIN_MIB = 1024
 
 
 def parse_environ(data: bytes) -> Dict[str, str]:
@@ -62,6 +70,35 @@ def container_kind(ctx: Context, pid1_env: Mapping[str, str], cgroup: Optional[s
     return "unknown"
 
 
+def parse_df_kib(text: str) -> Optional[int]:
+    """`df -kP /dev/shm` -> the file system's size in KiB (the second field of its line)."""
+    lines = [line.split() for line in (text or "").splitlines() if line.strip()]
+    if len(lines) < 2 or len(lines[-1]) < 6:
+        return None
+    return ascii_int(lines[-1][1])
+
+
+def shm_mib(ctx: Context) -> Tuple[Optional[int], str]:
+    """/dev/shm's size in MiB, and why it is unknown ("" when known, or not measured because
+    commands do not run for this tree). For another tree with commands, df describes the
+    machine running it, as `ulimit -l` does for the memlock limit."""
+    if ctx.local:
+        try:
+            st = os.statvfs(ctx.path("dev/shm"))
+        except OSError as exc:
+            return None, f"/dev/shm: {exc.strerror or exc}"
+        return st.f_blocks * st.f_frsize // (1024 * 1024), ""
+    if not ctx.run_commands:
+        return None, ""
+    res = ctx.run(["df", "-kP", "/dev/shm"])
+    if res is None:
+        return None, ""  # no df: nothing to say beyond "unknown"
+    kib = parse_df_kib(res.stdout) if res.ok else None
+    if kib is None:
+        return None, f"df -kP /dev/shm: {res.first_line()}"
+    return kib // 1024, ""
+
+
 def probe(ctx: Context, found: Found) -> None:
     raw_env = ctx.read_bytes("proc/1/environ")
     pid1_env = parse_environ(raw_env) if raw_env is not None else {}
@@ -74,6 +111,13 @@ def probe(ctx: Context, found: Found) -> None:
         found.note("runtime.pid1-unknown")
     jupyter = jupyter_from_env(ctx.env) or jupyter_from_env(pid1_env) or "jupyter" in pid1
     found.set("runtime", Runtime(container=kind, pid1=pid1, jupyter=jupyter))
+    # after the rest is set: a df that hangs loses only the size
+    shm, why = shm_mib(ctx)
+    if why:
+        found.note("runtime.shm-unknown", error=why)
+    elif shm is not None and shm < SHM_MIN_MIB:
+        found.warn("runtime.shm-small", mib=shm)
+    found.set("runtime.shm_mib", shm)
 
 
 def probe_hostname(ctx: Context, found: Found) -> None:

@@ -21,6 +21,15 @@ from .core import NO_COMMANDS_NOTE
 LABEL = 14  # label column width
 
 
+# What Rdma.gpudirect names, as NCCL finds it (wizard/detect/rdma.py).
+_GPUDIRECT = {
+    "nv_mem": "nv_peer_mem (/sys/kernel/mm/memory_peers/nv_mem)",
+    "nv_mem_nc": "nv_peer_mem (/sys/kernel/mm/memory_peers/nv_mem_nc)",
+    "nvidia_peermem": "nvidia_peermem",
+    "dmabuf": "DMA-BUF",
+}
+
+
 def _yes_no(value: Optional[bool], yes: str = "", no: str = "", unknown: str = "") -> str:
     if value is None:
         return unknown or _("unknown")
@@ -101,6 +110,7 @@ def format_summary(facts: Facts, ssh_port: int = DEFAULT_SSH_PORT) -> str:
         (_("Privileges"), sudo_text),
         (_("Container"), r.container),
         ("PID 1", _or(r.pid1, unknown) + (" (systemd)" if r.systemd else "")),
+        ("/dev/shm", unknown if r.shm_mib is None else f"{r.shm_mib} MiB"),
         ("Jupyter", _yes_no(r.jupyter)),
         (_("CPUs"), unknown if facts.cpus is None else str(facts.cpus)),
         (_("Memory"), _mem(facts.memory_mib)),
@@ -157,8 +167,8 @@ def format_summary(facts: Facts, ssh_port: int = DEFAULT_SSH_PORT) -> str:
     out += _section("", [
         ("uverbs", ", ".join(rd.uverbs) or _("none in /dev/infiniband")),
         ("memlock", memlock),
-        ("GPUDirect", _("nvidia_peermem loaded") if rd.peermem else
-         _("nvidia_peermem not loaded")),
+        ("GPUDirect", _GPUDIRECT.get(rd.gpudirect, rd.gpudirect) if rd.gpudirect else
+         _("none (no peer-memory module, no DMA-BUF)")),
     ])[1:]
 
     mpi = missing
