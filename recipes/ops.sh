@@ -12,7 +12,9 @@
 # hw_file owns PATH whole. hw_block keeps a marked block (# BEGIN hpcwizard ... # END
 # hpcwizard) in a file others own, at the end or (--top) at the top. hw_dropin writes PATH
 # when FILE includes PATH's directory (REGEX matches a line of FILE), else a block at the
-# top of FILE. A symlink is followed: its target changes and the link stays a link.
+# top of FILE. A symlink is followed: its target changes and the link stays a link, but
+# only when that target is the running user's own (a link to another user's file is
+# refused, changing nothing). A directory hw_block made goes with its undo when empty.
 #
 # $HW_MODE says what a call does (default run):
 #   check  exit 0 when nothing is left to do; changes nothing
@@ -99,6 +101,7 @@ _hw_start() {
   mode=${HW_MODE:-run}
   case $mode in check|run|undo|diff) ;; *) _hw_die "HW_MODE=$mode: use check, run, undo or diff" ;; esac
   real=$(realpath -m -- "$path")
+  if [ "$mode" = run ] || [ "$mode" = undo ]; then _hw_own_link; fi
   state=$(_hw_state_dir)
   _hw_hash key "$real" 16
   key=$state/$key
@@ -112,6 +115,23 @@ _hw_start() {
     _hw_sweep "$real"
     rm -f -- "$key".*.tmp
   fi
+}
+
+# Through a link, only a file of the user who runs the operation is changed (or, when it is
+# absent, one under the nearest directory of theirs): a link to another user's file (root's, when a user
+# runs it; a user's, when root does) is refused before anything is written.
+_hw_own_link() {
+  local at=$real
+  [ "$(realpath -m -s -- "$path")" != "$real" ] || return 0
+  while [ ! -e "$at" ]; do at=$(dirname -- "$at"); done
+  [ -O "$at" ] && return 0
+  _hw_die "$path leads to $at, which belongs to $(stat -c %U -- "$at" 2>/dev/null || echo another user), not to $(id -un): hpcwizard changes no other user's file through a link; nothing was changed"
+}
+
+# A directory the change made goes with its undo, when nothing else is left in it.
+_hw_made_dir() { : > "$key.dir"; }
+_hw_rmdir_made() {
+  if [ -e "$key.dir" ]; then rmdir -- "$(dirname -- "$real")" 2>/dev/null || true; fi
 }
 
 _hw_diff() {  # _hw_diff CURRENT WANTED: the unified diff, labelled with the path
@@ -156,7 +176,7 @@ _hw_release() { rm -f -- "$key.prev" "$key.prev-absent" "$key.pending"; }
 # A change put back: a first one leaves nothing to remember (the file is as it was).
 _hw_forget() {
   _hw_release
-  if [ ! -e "$key.ours" ]; then rm -f -- "$key".*; _hw_tidy; fi
+  if [ ! -e "$key.ours" ]; then _hw_rmdir_made; rm -f -- "$key".*; _hw_tidy; fi
 }
 
 # After the change: --validate, then --in-effect; on failure put the previous file back.
@@ -352,7 +372,7 @@ _hw_block_run() {
   local block=$1 sum current dir
   sum=$(_hw_sum "$block")
   dir=$(dirname -- "$real")
-  [ -d "$dir" ] || install -d -m 0700 -- "$dir"
+  if [ ! -d "$dir" ]; then install -d -m 0700 -- "$dir"; _hw_made_dir; fi
   if [ -e "$key.pending" ] && [ -f "$real" ] && _hw_block_of "$real" | cmp -s - "$block"; then
     _hw_settle "$sum"; return   # a killed run wrote it and never validated it
   fi
@@ -382,7 +402,7 @@ _hw_block_run() {
 
 _hw_block_undo() {
   local current=$work/current rest=$work/rest size before
-  if [ ! -e "$key.before" ] || [ ! -f "$real" ]; then rm -f -- "$key".*; return 0; fi
+  if [ ! -e "$key.before" ] || [ ! -f "$real" ]; then _hw_rmdir_made; rm -f -- "$key".*; return 0; fi
   before=$(cat -- "$key.before")
   _hw_block_of "$real" > "$current"
   if [ ! -s "$current" ]; then rm -f -- "$key".*; return 0; fi
@@ -394,6 +414,7 @@ _hw_block_undo() {
   fi
   if [ "$before" = absent ] && [ ! -s "$rest" ]; then
     rm -f -- "$real"
+    _hw_rmdir_made
   else
     _hw_put_like "$rest" "$real"
   fi
