@@ -25,8 +25,9 @@
 #   OMPI_MCA_orte_default_hostfile (Open MPI 4), OMPI_MCA_prte_default_hostfile and
 #   PRTE_MCA_prte_default_hostfile (Open MPI 5 / PRRTE), SLURM_JOB_NODELIST, SLURM_NODELIST
 #   (scontrol show hostnames when scontrol is installed), VC_<TASK>_HOSTS (Volcano),
-#   MASTER_ADDR with WORLD_SIZE (Kubeflow PyTorchJob: <job>-master-0 then <job>-worker-0..N-2;
-#   or <prefix>-0 .. <prefix>-N-1).
+#   MASTER_ADDR (or PET_MASTER_ADDR) with PET_NNODES, or with WORLD_SIZE divided by
+#   PET_NPROC_PER_NODE or NPROC_PER_NODE (Kubeflow PyTorchJob: <job>-master-0 then
+#   <job>-worker-0..N-2; TrainJob's <job>-node-0-0.<job> as any <prefix>-0 .. <prefix>-N-1).
 # Lists (--hosts, HOSTS, each VC_<TASK>_HOSTS): items between commas or any blanks (space,
 # tab, newline); an item with [...] is a Slurm list item (node[01-03,07], rack[1-2]-n[1-2]),
 # one with {A..B} a range (job-{0..3}, n{08..11} keeps the zero padding). Ranges multiply,
@@ -398,30 +399,72 @@ _hw_rt_volcano() {
   _hw_rt_checked "$source"
 }
 
-# MASTER_ADDR with WORLD_SIZE: the job's hosts when the master's name says the others'.
+# A master's name with a count of nodes: the job's hosts when the name says the others'.
+# Kubeflow's PyTorchJob (training-operator v1.9, pkg/controller.v1/pytorch/envvar.go and
+# master.go) sets MASTER_ADDR and PET_MASTER_ADDR to <job>-master-0, PET_NNODES to the
+# replicas and WORLD_SIZE to replicas x nprocPerNode: processes, not nodes (a nprocPerNode
+# that is no number, such as its default auto, counts 1). TrainJob (kubeflow/trainer v2,
+# pkg/runtime/framework/plugins/torch/torch.go) sets only the PET_ ones, its master
+# <job>-node-0-0.<job>. So the master is MASTER_ADDR, else PET_MASTER_ADDR; the nodes
+# PET_NNODES, else WORLD_SIZE divided by the processes per node (PET_NPROC_PER_NODE, which
+# the operator counted WORLD_SIZE with, else NPROC_PER_NODE; auto, cpu, gpu and xpu count 1).
 _hw_rt_master_world() {
-  local master size n=1 i source='MASTER_ADDR and WORLD_SIZE' given missing head domain
+  local master size n=1 i given missing head domain per=1 value
+  local mvar=MASTER_ADDR cvar=WORLD_SIZE pvar='' v source
   _hw_rt_strip master "${MASTER_ADDR:-}"
-  _hw_rt_strip size "${WORLD_SIZE:-}"
+  if [ -z "$master" ]; then
+    _hw_rt_strip master "${PET_MASTER_ADDR:-}"
+    if [ -n "$master" ]; then mvar=PET_MASTER_ADDR; fi
+  fi
+  _hw_rt_strip size "${PET_NNODES:-}"
+  if [ -n "$size" ]; then cvar=PET_NNODES; else _hw_rt_strip size "${WORLD_SIZE:-}"; fi
   if [ -z "$master" ] && [ -z "$size" ]; then return 0; fi
   if [ -n "$size" ]; then
     if ! [[ $size =~ ^$_HW_RT_DIGIT{1,18}$ ]] || ((10#$size < 1)); then
-      _hw_rt_fail "WORLD_SIZE $(_hw_rt_q "$size") is not a positive number"
+      _hw_rt_fail "$cvar $(_hw_rt_q "$size") is not a positive number"
       return 1
     fi
     n=$((10#$size))
   fi
   if [ -z "$master" ] || [ -z "$size" ]; then
-    if [ -n "$master" ]; then given=MASTER_ADDR missing=WORLD_SIZE; else given=WORLD_SIZE missing=MASTER_ADDR; fi
+    if [ -n "$master" ]; then
+      given=$mvar missing=WORLD_SIZE
+      if [ "$mvar" = PET_MASTER_ADDR ]; then missing=PET_NNODES; fi
+    else
+      given=$cvar missing=MASTER_ADDR
+    fi
     _hw_rt_fail "$given is set but $missing is not: together they name the job's hosts; set $missing too, or give the hosts with --hosts or HOSTS"
     return 1
   fi
+  if [ "$cvar" = WORLD_SIZE ]; then
+    for v in PET_NPROC_PER_NODE NPROC_PER_NODE; do
+      _hw_rt_strip value "${!v:-}"
+      if [ -n "$value" ]; then pvar=$v; break; fi
+    done
+    if [ -n "$pvar" ]; then
+      case $pvar:$value in
+        PET_NPROC_PER_NODE:auto|PET_NPROC_PER_NODE:cpu|PET_NPROC_PER_NODE:gpu|PET_NPROC_PER_NODE:xpu) ;;
+        *)
+          if ! [[ $value =~ ^$_HW_RT_DIGIT{1,18}$ ]] || ((10#$value < 1)); then
+            _hw_rt_fail "$pvar $(_hw_rt_q "$value") is not a positive number"
+            return 1
+          fi
+          per=$((10#$value)) ;;
+      esac
+    fi
+  fi
+  source="$mvar and $cvar${pvar:+/$pvar}"
+  if ((n % per)); then
+    _hw_rt_fail "$source: WORLD_SIZE $n is not a multiple of $pvar $per: set PET_NNODES, or give the hosts with --hosts or HOSTS"
+    return 1
+  fi
+  n=$((n / per))
   if [ "$n" -gt "$HW_RT_MAX_HOSTS" ]; then
-    _hw_rt_fail "$source: WORLD_SIZE $n is more than $HW_RT_MAX_HOSTS hosts"
+    _hw_rt_fail "$source: $cvar${pvar:+/$pvar} $n is more than $HW_RT_MAX_HOSTS hosts"
     return 1
   fi
   _hw_rt_out=("$master")
-  _hw_rt_checked MASTER_ADDR || return 1
+  _hw_rt_checked "$mvar" || return 1
   _hw_rt_out=()
   if [[ $master =~ ^(.*)-master-0([.].*)?$ ]]; then
     head=${BASH_REMATCH[1]} domain=${BASH_REMATCH[2]}
@@ -435,7 +478,7 @@ _hw_rt_master_world() {
   elif [ "$n" -eq 1 ]; then
     _hw_rt_out=("$master")
   else
-    _hw_rt_fail "$source: cannot tell the other $((n - 1)) host names from MASTER_ADDR $(_hw_rt_q "$master"); give them with --hosts or HOSTS"
+    _hw_rt_fail "$source: cannot tell the other $((n - 1)) host names from $mvar $(_hw_rt_q "$master"); give them with --hosts or HOSTS"
     return 1
   fi
   _hw_rt_checked "$source"
@@ -493,19 +536,21 @@ hw_rt_discover() {
 }
 
 # hw_rt_rank NAME...: which of the names is this instance -> HW_RT_RANK: NODE_RANK when set,
-# else the name that is this host's name (hostname, -s, -f; a name's short form counts), else
-# the first whose address (getent hosts) is one of this host's. Status 1: none of them;
-# 2: NODE_RANK is not one of the ranks.
+# else PET_NODE_RANK (Kubeflow's; TrainJob sets no NODE_RANK), else the name that is this
+# host's name (hostname, -s, -f; a name's short form counts), else the first whose address
+# (getent hosts) is one of this host's. Status 1: none of them; 2: NODE_RANK (or
+# PET_NODE_RANK) is not one of the ranks.
 hw_rt_rank() {
-  local n=$# i name mine addrs a
+  local n=$# i name mine addrs a var=NODE_RANK
   local names=("$@")
   HW_RT_RANK='' HW_RT_ERROR=''
-  if [ -n "${NODE_RANK:-}" ]; then
-    if ! [[ $NODE_RANK =~ ^$_HW_RT_DIGIT{1,18}$ ]] || ((10#$NODE_RANK >= n)); then
-      _hw_rt_fail "NODE_RANK=$(_hw_rt_q "$NODE_RANK") is not 0..$((n - 1))"
+  if [ -z "${NODE_RANK:-}" ] && [ -n "${PET_NODE_RANK:-}" ]; then var=PET_NODE_RANK; fi
+  if [ -n "${!var:-}" ]; then
+    if ! [[ ${!var} =~ ^$_HW_RT_DIGIT{1,18}$ ]] || ((10#${!var} >= n)); then
+      _hw_rt_fail "$var=$(_hw_rt_q "${!var}") is not 0..$((n - 1))"
       return 2
     fi
-    HW_RT_RANK=$((10#$NODE_RANK))
+    HW_RT_RANK=$((10#${!var}))
     return 0
   fi
   mine=" $(hostname 2>/dev/null || true) $(hostname -s 2>/dev/null || true) $(hostname -f 2>/dev/null || true) "

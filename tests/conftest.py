@@ -26,7 +26,10 @@ def _no_platform_hosts(monkeypatch):
 
     from hpcwizard.hosts import HOSTFILE_VARS, SLURM_VARS
 
-    for var in ("HOSTS", "HOSTFILE", "MASTER_ADDR", "WORLD_SIZE", *HOSTFILE_VARS, *SLURM_VARS):
+    # Kubeflow's (PyTorchJob, TrainJob) too: a test run inside such a pod must not see its job
+    for var in ("HOSTS", "HOSTFILE", "MASTER_ADDR", "WORLD_SIZE", "PET_MASTER_ADDR", "PET_NNODES",
+                "PET_NPROC_PER_NODE", "NPROC_PER_NODE", "PET_NODE_RANK", "NODE_RANK",
+                *HOSTFILE_VARS, *SLURM_VARS):
         monkeypatch.delenv(var, raising=False)
     for var in [v for v in os.environ if v.startswith("VC_") and v.endswith("_HOSTS")]:
         monkeypatch.delenv(var)

@@ -189,3 +189,71 @@ def test_numbers_from_the_environment_never_reach_arithmetic(tmp_path, var):
         r = _run(tmp_path, launch_script(plan("mpi", "tcp")), env, ["--", "hostname"])
         assert r.returncode == 2 and f"{var}=" in r.stderr and "not a number" in r.stderr, r.stderr
         assert not pwned.exists()
+
+
+# --- Kubeflow's variables (issue 17): as training-operator v1.9 and kubeflow/trainer v2 set them
+
+TRAINJOB = {"PET_NNODES": "3", "PET_NPROC_PER_NODE": "auto", "PET_NODE_RANK": "1",
+            "PET_MASTER_ADDR": "llm-node-0-0.llm", "PET_MASTER_PORT": "29400"}
+PYTORCHJOB = {"MASTER_ADDR": "bert-master-0", "PET_MASTER_ADDR": "bert-master-0",
+              "MASTER_PORT": "23456", "PET_MASTER_PORT": "23456", "WORLD_SIZE": "12",
+              "RANK": "2", "PET_NODE_RANK": "2", "PET_NNODES": "3", "PET_NPROC_PER_NODE": "4"}
+
+
+def _torchrun(tmp_path, hostname, names, env):
+    fk = _fakes(tmp_path, hostname, {n: f"10.0.0.{i}" for i, n in enumerate(names, 1)})
+    r = _run(tmp_path, launch_script(plan("pytorch", "tcp")), {**fk["env"], **env},
+             ["python3", "train.py"])
+    return r, (fk["log"].read_text() if fk["log"].exists() else "")
+
+
+def test_trainjob_pet_variables_reach_torchrun(tmp_path):
+    """Only PET_ names: the hosts, the rank, the master and its port from them, and
+    nprocPerNode's auto passed through for torchrun to count the accelerators."""
+    names = ["llm-node-0-0.llm", "llm-node-0-1.llm", "llm-node-0-2.llm"]
+    r, call = _torchrun(tmp_path, "llm-node-0-1", names, TRAINJOB)
+    assert r.returncode == 0, r.stderr
+    assert ("torchrun --nnodes=3 --node-rank=1 --nproc-per-node=auto "
+            "--master-addr=llm-node-0-0.llm --master-port=29400 train.py") in call
+    assert "--nproc-per-node auto (PET_NPROC_PER_NODE)" in r.stderr
+
+
+def test_pytorchjob_world_size_is_processes_not_nodes(tmp_path):
+    names = ["bert-master-0", "bert-worker-0", "bert-worker-1"]
+    r, call = _torchrun(tmp_path, "bert-worker-1", names, PYTORCHJOB)
+    assert r.returncode == 0, r.stderr
+    assert "hosts from MASTER_ADDR and PET_NNODES" in r.stderr
+    assert ("torchrun --nnodes=3 --node-rank=2 --nproc-per-node=4 --master-addr=bert-master-0 "
+            "--master-port=23456 train.py") in call
+
+
+def test_nproc_per_node_before_pet_nproc_per_node(tmp_path):
+    names = ["bert-master-0", "bert-worker-0", "bert-worker-1"]
+    r, call = _torchrun(tmp_path, "bert-master-0", names, {**PYTORCHJOB, "NPROC_PER_NODE": "2",
+                                                          "PET_NODE_RANK": "0"})
+    assert r.returncode == 0, r.stderr
+    assert "--node-rank=0 --nproc-per-node=2 " in call
+    assert "--nproc-per-node 2 (NPROC_PER_NODE)" in r.stderr
+
+
+@pytest.mark.parametrize("var,value", [("PET_NPROC_PER_NODE", "four"),
+                                       ("PET_NPROC_PER_NODE", "a[$(touch {pwned})]"),
+                                       ("PET_NPROC_PER_NODE", "0"), ("NPROC_PER_NODE", "0"),
+                                       ("NPROC_PER_NODE", "auto")])
+def test_a_process_count_torchrun_cannot_take_is_refused(tmp_path, var, value):
+    pwned = tmp_path / "pwned"
+    value = value.replace("{pwned}", str(pwned))
+    r, call = _torchrun(tmp_path, "node01", ["node01"], {"HOSTS": "node01", var: value})
+    assert r.returncode == 2 and not call, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert f"{var}=" in lines[-1] and ("not a number" in lines[-1] or "1 process" in lines[-1])
+    assert not pwned.exists()
+
+
+def test_help_lists_the_kubeflow_sources(tmp_path):
+    fk = _fakes(tmp_path, "a", {})
+    r = _run(tmp_path, launch_script(plan("pytorch", "tcp")), fk["env"], ["--help"])
+    assert r.returncode == 0
+    for words in ("PET_NNODES", "PET_MASTER_ADDR", "PET_NODE_RANK", "PET_MASTER_PORT",
+                  "PET_NPROC_PER_NODE", "WORLD_SIZE divided by"):
+        assert words in r.stdout, words

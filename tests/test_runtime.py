@@ -160,6 +160,29 @@ def test_a_node_rank_that_is_not_a_rank_is_refused(tmp_path, value):
     assert not pwned.exists()
 
 
+def test_pet_node_rank_where_node_rank_is_absent(tmp_path):
+    """A TrainJob sets PET_NODE_RANK and no NODE_RANK; NODE_RANK, when set, still decides."""
+    env = _fake_host(tmp_path, "elsewhere", "192.0.2.9", {})
+    names = ["llm-node-0-0.llm", "llm-node-0-1.llm", "llm-node-0-2.llm"]
+    assert runtime.rank_of(names, {**env, "PET_NODE_RANK": "2"}) == 2
+    assert runtime.rank_of(names, {**env, "PET_NODE_RANK": "2", "NODE_RANK": "1"}) == 1
+    assert runtime.rank_of(names, {**env, "PET_NODE_RANK": ""}) is None  # blank: not set
+    with pytest.raises(BadInput, match="^PET_NODE_RANK='3' is not 0..2$"):
+        runtime.rank_of(names, {**env, "PET_NODE_RANK": "3"})
+
+
+def test_a_pytorchjob_containers_own_variables_give_its_hosts_and_rank(tmp_path):
+    """Worker 1 of a PyTorchJob (master + 2 workers, nprocPerNode 4), as training-operator
+    v1.9 sets its variables: three hosts (not WORLD_SIZE's twelve), and rank 2."""
+    env = {**_fake_host(tmp_path, "bert-worker-1", "192.0.2.9", {}),
+           "MASTER_ADDR": "bert-master-0", "PET_MASTER_ADDR": "bert-master-0",
+           "WORLD_SIZE": "12", "RANK": "2", "PET_NODE_RANK": "2", "PET_NNODES": "3",
+           "PET_NPROC_PER_NODE": "4"}
+    got = runtime.discover(None, None, env)
+    assert got is not None and len(got.names) == 3
+    assert runtime.rank_of(got.names, env) == 2 == got.names.index("bert-worker-1")
+
+
 # --- the hostfile, and the library in the launch script ---------------------------------------
 
 def test_hostfile_text_is_what_the_library_writes(tmp_path):

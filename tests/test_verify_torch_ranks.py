@@ -1,19 +1,27 @@
 """The PyTorch all-reduce's two halves run the launch script with HOSTS=here,other: each
 half's rank must be its place in that pair, whatever NODE_RANK the platform gave this
 instance for the whole job (the local half inherits verify's environment; the remote one,
-over SSH, only what its command line sets)."""
+over SSH, only what its command line sets). So must the processes each half starts: the
+count the launch uses (NPROC_PER_NODE, Kubeflow's PET_NPROC_PER_NODE, the GPUs), said to
+both, and every one of the 2 x N ranks must answer with the world's sum."""
 from __future__ import annotations
 
+import dataclasses
 import os
+
+import pytest
 
 from _core_fixtures import ROOT, facts
 from _verify_fixtures import FakeSystem
 from hpcwizard import runtime
 from hpcwizard.catalog import load_catalog
 from hpcwizard.choices import make_choices
+from hpcwizard.facts import Gpu
 from hpcwizard.hosts import Hosts
 from hpcwizard.plan import build_plan
-from hpcwizard.verify import PASS, probes as P, verify
+from hpcwizard.verify import FAIL, PASS, probes as P, verify
+from hpcwizard.verify.cluster import allreduce_problem, torch_nproc
+from hpcwizard.verify.parse import parse_allreduce
 
 TORCH = (0, 'HPCWIZARD-TORCH {"torch": "2.3.0", "python": "/opt/py/bin/python3", "cuda": false, '
             '"dist": true, "nccl": false, "nccl_version": ""}\n')
@@ -35,3 +43,97 @@ def test_each_half_is_its_place_in_the_pair_whatever_node_rank_says(monkeypatch)
     # the launch script's own answer (recipes/runtime.sh) to "which of HOSTS am I"
     assert runtime.rank_of(pair, local_env) == 0
     assert runtime.rank_of(pair, remote_env) == 1
+
+
+# --- N processes per instance (issue 17): the count the launch script uses, on both halves --
+
+PEERS = {"node1": "ok", "node2": "ok"}
+FOR_NPROC = ("NPROC_PER_NODE", "PET_NPROC_PER_NODE", "NODE_RANK", "PET_NODE_RANK")
+
+
+def _verify(monkeypatch, env=(), gpus=0, lost=()):
+    for k in FOR_NPROC:
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env:
+        monkeypatch.setenv(k, v)
+    system = FakeSystem(PEERS, {P.TorchImport: TORCH}, here="node1")
+    system.lost_ranks = lost
+    f = dataclasses.replace(facts(user=ROOT), gpus=tuple(Gpu(i, "H100") for i in range(gpus)))
+    plan = build_plan(f, make_choices(framework="pytorch", network="tcp", mode="manual"),
+                      load_catalog())
+    report = verify(plan, f, Hosts(tuple(PEERS), "--hosts"), system=system)
+    return {c.id: c for c in report.checks}["cluster/torch-allreduce"], system
+
+
+@pytest.mark.parametrize("nproc", [1, 2, 4])
+def test_nproc_per_node_processes_on_each_half(monkeypatch, nproc):
+    ar, system = _verify(monkeypatch, [("NPROC_PER_NODE", str(nproc))])
+    assert ar.status == PASS, ar.detail
+    world = 2 * nproc
+    assert ar.detail.startswith(
+        f"gloo: sum {world * (world + 1) // 2} on {world} ranks on 2 instances "
+        f"({nproc} per instance), as expected")
+    assert ar.detail.endswith("per instance: NPROC_PER_NODE)")
+    for half in system.asked(P.LaunchHalf):  # said outright to both, the remote one too
+        assert dict(half.extra_env)["NPROC_PER_NODE"] == str(nproc)
+
+
+def test_the_count_is_the_gpus_here_when_none_is_told(monkeypatch):
+    ar, system = _verify(monkeypatch, gpus=4)
+    assert ar.status == PASS and "on 8 ranks on 2 instances (4 per instance)" in ar.detail
+    assert ar.detail.endswith("per instance: the GPUs here)")
+    ar, _ = _verify(monkeypatch, gpus=0)
+    assert "on 2 ranks on 2 instances (1 per instance)" in ar.detail
+
+
+def test_kubeflows_pet_nproc_per_node_when_a_number(monkeypatch):
+    ar, _ = _verify(monkeypatch, [("PET_NPROC_PER_NODE", "2")], gpus=8)
+    assert "on 4 ranks" in ar.detail and ar.detail.endswith("PET_NPROC_PER_NODE)")
+    ar, _ = _verify(monkeypatch, [("PET_NPROC_PER_NODE", "auto")], gpus=2)  # torchrun's word
+    assert "on 4 ranks" in ar.detail and ar.detail.endswith("the GPUs here)")
+    ar, _ = _verify(monkeypatch, [("PET_NPROC_PER_NODE", "4"), ("NPROC_PER_NODE", "1")])
+    assert "on 2 ranks" in ar.detail  # NPROC_PER_NODE first, as in the launch script
+
+
+@pytest.mark.parametrize("lost", [(0,), (3,), (1, 2)])
+def test_a_missing_rank_fails_naming_it(monkeypatch, lost):
+    ar, _ = _verify(monkeypatch, [("NPROC_PER_NODE", "2")], lost=lost)
+    assert ar.status == FAIL
+    assert f"{4 - len(lost)} of 4 ranks answered" in ar.detail
+    assert ar.detail.endswith("missing: " + ", ".join(map(str, lost)))
+
+
+@pytest.mark.parametrize("value", ["0", "two", "a[$(id)]", "²"])
+def test_a_count_the_launch_refuses_fails_before_anything_runs(monkeypatch, value):
+    ar, system = _verify(monkeypatch, [("NPROC_PER_NODE", value)])
+    assert ar.status == FAIL and ar.detail.startswith("NPROC_PER_NODE=")
+    assert "is not a number of processes" in ar.detail and "\n" not in ar.detail
+    assert not system.asked(P.LaunchHalf)
+
+
+def _lines(world, ranks, sums=None):
+    return parse_allreduce("".join(
+        f"HPCWIZARD-ALLREDUCE rank={r} size={world} backend=gloo "
+        f"sum={(sums or {}).get(r, world * (world + 1) // 2)} expected=0\n" for r in ranks))
+
+
+def test_allreduce_problem_reads_every_rank():
+    assert allreduce_problem(_lines(4, [0, 1]), _lines(4, [2, 3]), 2) == ""
+    # the right count of lines, but one rank twice and one never
+    assert allreduce_problem(_lines(4, [0, 1]), _lines(4, [2, 2]), 2).endswith(
+        "missing: 3; unexpected: 2")
+    # every rank there, one with a wrong sum: the program's own 'expected' is not trusted
+    assert allreduce_problem(_lines(4, [0, 1]), _lines(4, [2, 3], {3: 9}), 2) == (
+        "rank 3: world size 4, sum 9; expected 4 and 10")
+    # a world of 2 where 4 were asked for (each half started one process)
+    assert "2 of 4 ranks answered (1 here, 1 there)" in allreduce_problem(
+        _lines(2, [0]), _lines(2, [1]), 2)
+
+
+def test_torch_nproc_says_where_the_count_came_from():
+    f = facts(user=ROOT)
+    assert torch_nproc(f, {}) == (1, "no GPU here, 1")
+    assert torch_nproc(f, {"NPROC_PER_NODE": " 3 "}) == (3, "NPROC_PER_NODE")
+    assert torch_nproc(f, {"PET_NPROC_PER_NODE": "gpu"}) == (1, "no GPU here, 1")
+    n, why = torch_nproc(f, {"PET_NPROC_PER_NODE": "lots"})
+    assert n == 0 and why.startswith("PET_NPROC_PER_NODE='lots' is not a number")

@@ -14,8 +14,10 @@ range counting down (`n{3..1}`) is refused. The environment, the first one set:
    a Slurm node list (`SLURM_JOB_NODELIST`, `SLURM_NODELIST`),
    Volcano's `VC_<TASK>_HOSTS` (lists like HOSTS; the tasks MASTER, LAUNCHER and MPIMASTER
    first, then the others, each group by task name in byte order: node ranks follow it),
-   `MASTER_ADDR` with `WORLD_SIZE` (Kubeflow PyTorchJob naming: `<job>-master-0` then
-   `<job>-worker-0..N-2`; or `<prefix>-0` then `<prefix>-1..N-1`).
+   `MASTER_ADDR` (or `PET_MASTER_ADDR`) with `PET_NNODES`, else with `WORLD_SIZE` divided
+   by `PET_NPROC_PER_NODE` or `NPROC_PER_NODE` (a Kubeflow PyTorchJob's WORLD_SIZE counts
+   processes; its naming: `<job>-master-0` then `<job>-worker-0..N-2`; or `<prefix>-0` then
+   `<prefix>-1..N-1`, as TrainJob's `<job>-node-0-0.<job>`).
 
 The result says which source was used. Every name is checked with validate.host_name, so a
 name never reaches shell text unchecked. A platform variable that is set but cannot be read
@@ -308,29 +310,70 @@ def _volcano(env: Mapping[str, str]) -> Optional[Hosts]:
     return _checked(names, ", ".join(k for _, k in tasks))
 
 
+# torchrun's words for "as many as there are": the operator counts a node of them as one
+# process in WORLD_SIZE (training-operator v1.9 getNprocPerNodeInt)
+_NPROC_WORDS = ("auto", "cpu", "gpu", "xpu")
+
+
+def _per_node(env: Mapping[str, str]) -> Tuple[str, int]:
+    """(the variable, the processes per node) WORLD_SIZE is divided by: PET_NPROC_PER_NODE
+    (what the operator counted it with), else NPROC_PER_NODE; ('', 1) when neither is set."""
+    for var in ("PET_NPROC_PER_NODE", "NPROC_PER_NODE"):
+        value = env.get(var, "").strip()
+        if not value:
+            continue
+        if var == "PET_NPROC_PER_NODE" and value in _NPROC_WORDS:
+            return var, 1
+        got = ascii_int(value)
+        if got is None or got < 1:
+            raise BadInput(_("{var} {value!r} is not a positive number").format(
+                var=var, value=_short(value)))
+        return var, got
+    return "", 1
+
+
 def _master_world(env: Mapping[str, str]) -> Optional[Hosts]:
-    master, size = env.get("MASTER_ADDR", "").strip(), env.get("WORLD_SIZE", "").strip()
+    """A master's name with a count of nodes (recipes/runtime.sh _hw_rt_master_world says
+    which platform sets which): the master MASTER_ADDR, else PET_MASTER_ADDR; the nodes
+    PET_NNODES, else WORLD_SIZE divided by the processes per node (a PyTorchJob's WORLD_SIZE
+    is replicas x nprocPerNode)."""
+    mvar, master = "MASTER_ADDR", env.get("MASTER_ADDR", "").strip()
+    if not master:
+        mvar, master = "PET_MASTER_ADDR", env.get("PET_MASTER_ADDR", "").strip()
+        mvar = mvar if master else "MASTER_ADDR"
+    cvar, size = "PET_NNODES", env.get("PET_NNODES", "").strip()
+    if not size:
+        cvar, size = "WORLD_SIZE", env.get("WORLD_SIZE", "").strip()
     if not master and not size:
         return None
-    source = "MASTER_ADDR and WORLD_SIZE"
     got = ascii_int(size) if size else 1
     if got is None or got < 1:
-        raise BadInput(_("WORLD_SIZE {size!r} is not a positive number").format(
-            size=_short(size)))
+        raise BadInput(_("{var} {value!r} is not a positive number").format(
+            var=cvar, value=_short(size)))
     n = got
     if not master or not size:  # half of the pair: the hosts cannot be told
-        given, missing = ("MASTER_ADDR", "WORLD_SIZE") if master else ("WORLD_SIZE",
-                                                                       "MASTER_ADDR")
+        if master:
+            given, missing = mvar, "PET_NNODES" if mvar == "PET_MASTER_ADDR" else "WORLD_SIZE"
+        else:
+            given, missing = cvar, "MASTER_ADDR"
         raise BadInput(_("{given} is set but {missing} is not: together they name the job's "
                          "hosts; set {missing} too, or give the hosts with --hosts or "
                          "HOSTS").format(given=given, missing=missing))
+    pvar, per = _per_node(env) if cvar == "WORLD_SIZE" else ("", 1)
+    count = cvar + (f"/{pvar}" if pvar else "")
+    source = f"{mvar} and {count}"
+    if n % per:
+        raise BadInput(_("{source}: WORLD_SIZE {size} is not a multiple of {var} {per}: set "
+                         "PET_NNODES, or give the hosts with --hosts or HOSTS").format(
+            source=source, size=n, var=pvar, per=per))
+    n //= per
     if n > MAX_HOSTS:
-        raise BadInput(_("{source}: WORLD_SIZE {n} is more than {max} hosts").format(
-            source=source, n=n, max=MAX_HOSTS))
+        raise BadInput(_("{source}: {var} {n} is more than {max} hosts").format(
+            source=source, var=count, n=n, max=MAX_HOSTS))
     try:
         host_name(master)
     except BadInput as exc:
-        raise BadInput(_("{source}: {error}").format(source="MASTER_ADDR", error=exc)) from None
+        raise BadInput(_("{source}: {error}").format(source=mvar, error=exc)) from None
     m = re.fullmatch(r"(.*)-master-0(\..*)?", master)
     if m:
         head, domain = m.group(1), m.group(2) or ""
@@ -342,9 +385,9 @@ def _master_world(env: Mapping[str, str]) -> Optional[Hosts]:
         return _checked(names, source + " (naming <prefix>-0 .. <prefix>-N-1)")
     if n == 1:
         return _checked([master], source)
-    raise BadInput(_("{source}: cannot tell the other {n} host names from MASTER_ADDR "
-                     "{master!r}; give them with --hosts or HOSTS").format(
-        source=source, n=n - 1, master=master))
+    raise BadInput(_("{source}: cannot tell the other {n} host names from {var} {master!r}; "
+                     "give them with --hosts or HOSTS").format(
+        source=source, n=n - 1, var=mvar, master=master))
 
 
 def from_environment(env: Mapping[str, str]) -> Optional[Hosts]:

@@ -86,13 +86,18 @@ Run the same command on every instance of the job.
 Hosts, the first source that names any: --hosts, --hostfile, HOSTS, HOSTFILE,
   OMPI_MCA_orte_default_hostfile, OMPI_MCA_prte_default_hostfile,
   PRTE_MCA_prte_default_hostfile, SLURM_JOB_NODELIST, SLURM_NODELIST, VC_*_HOSTS,
-  MASTER_ADDR with WORLD_SIZE. Items may be patterns: job-{0..3}, node[01-03,07].
+  MASTER_ADDR (or PET_MASTER_ADDR) with PET_NNODES, or with WORLD_SIZE divided by
+  PET_NPROC_PER_NODE or NPROC_PER_NODE (Kubeflow: a PyTorchJob's WORLD_SIZE counts
+  processes, PET_NNODES nodes). Items may be patterns: job-{0..3}, node[01-03,07].
 Settings (environment): WAIT_TRIES (peer waits, default 10), SLOTS (ranks per host,
-  default 1), NP (total ranks), NODE_RANK (this host's index), MASTER_PORT (29500),
-  NPROC_PER_NODE (torchrun; default: the GPUs, or 1), WORKER_TIMEOUT (seconds a
-  worker waits for the end of the job; 0: no limit), TCP_IFACE (mpirun: the interface
-  for MPI's TCP traffic, a name or a subnet such as 10.0.0.0/24; default: the interface
-  the route to the second host goes through).
+  default 1), NP (total ranks), NODE_RANK (this host's index; else PET_NODE_RANK),
+  MASTER_ADDR (torchrun's rendezvous host; else PET_MASTER_ADDR, else the first host),
+  MASTER_PORT (else PET_MASTER_PORT, else 29500), NPROC_PER_NODE (torchrun's processes
+  here; else PET_NPROC_PER_NODE, a number or torchrun's auto, cpu, gpu, xpu; default:
+  the GPUs, or 1), WORKER_TIMEOUT (seconds a worker waits for the end of the job;
+  0: no limit), TCP_IFACE (mpirun: the interface for MPI's TCP traffic, a name or a
+  subnet such as 10.0.0.0/24; default: the interface the route to the second host goes
+  through).
 USAGE
 }
 
@@ -135,7 +140,8 @@ NAMES=("${HW_RT_NAMES[@]}")
 SOURCE=$HW_RT_SOURCE
 N=${#NAMES[@]}
 FIRST=${NAMES[0]}
-# Which of the names is this instance: NODE_RANK, else the host name, else an address.
+# Which of the names is this instance: NODE_RANK, else PET_NODE_RANK, else the host name,
+# else an address.
 hw_rt_rank "${NAMES[@]}" || die "$HW_RT_ERROR"
 RANK=$HW_RT_RANK
 ME=${NAMES[$RANK]}
@@ -231,13 +237,26 @@ _TORCH = r'''
 for h in "${NAMES[@]}"; do
   if [ "$h" != "$ME" ]; then hw_rt_wait "$h" "$WAIT_TRIES" || die "the name $h does not resolve"; fi
 done
-MASTER=${MASTER_ADDR:-$FIRST}
-MPORT=${MASTER_PORT:-29500}
-NPROC=${NPROC_PER_NODE:-}
-if [ -z "$NPROC" ]; then
-  NPROC=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-  if [ "${NPROC:-0}" -lt 1 ]; then NPROC=1; fi
+# Kubeflow's TrainJob sets only the PET_ names (torchrun's own: it reads PET_<OPTION>).
+MASTER=${MASTER_ADDR:-${PET_MASTER_ADDR:-$FIRST}}
+MPORT=${MASTER_PORT:-${PET_MASTER_PORT:-29500}}
+NPROC=${NPROC_PER_NODE:-} NPROC_FROM=NPROC_PER_NODE
+if [ -z "$NPROC" ] && [ -n "${PET_NPROC_PER_NODE:-}" ]; then
+  NPROC=$PET_NPROC_PER_NODE NPROC_FROM=PET_NPROC_PER_NODE
+  # torchrun's words go to torchrun as they are (auto: the accelerators, else the CPUs): it
+  # would read PET_NPROC_PER_NODE the same way, and a PyTorchJob's nprocPerNode defaults to
+  # auto. Anything else is refused here, not in torchrun's traceback.
+  case $NPROC in
+    auto|cpu|gpu|xpu) ;;
+    *) [[ $NPROC =~ ^[0123456789]{1,6}$ ]] ||
+         die "PET_NPROC_PER_NODE=$NPROC is not a number (digits 0-9 only) or auto, cpu, gpu, xpu" ;;
+  esac
 fi
+if [ -z "$NPROC" ]; then
+  NPROC=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true) NPROC_FROM="the GPUs here"
+  if [ "${NPROC:-0}" -lt 1 ]; then NPROC=1 NPROC_FROM="no GPU here"; fi
+fi
+if [[ $NPROC =~ ^0+$ ]]; then die "$NPROC_FROM=$NPROC: torchrun needs 1 process or more"; fi
 # 'python3 train.py': torchrun runs the script with the Python it belongs to; an explicit
 # interpreter (/opt/conda/bin/python) is honoured by running torch.distributed.run with it.
 PY=""
@@ -249,7 +268,7 @@ if [ -n "$PY" ]; then TORCHRUN=("$PY" -m torch.distributed.run)
 elif command -v torchrun >/dev/null 2>&1; then TORCHRUN=(torchrun)
 else TORCHRUN=(python3 -m torch.distributed.run); fi
 ARGS=(--nnodes="$N" --node-rank="$RANK" --nproc-per-node="$NPROC" --master-addr="$MASTER" --master-port="$MPORT")
-log "torchrun node $RANK of $N, master $MASTER:$MPORT, $NPROC process(es) here: $*"
+log "torchrun node $RANK of $N, master $MASTER:$MPORT, --nproc-per-node $NPROC ($NPROC_FROM): $*"
 case "$1" in
   *.py) exec "${TORCHRUN[@]}" "${ARGS[@]}" "$@" ;;
   *) exec "${TORCHRUN[@]}" "${ARGS[@]}" --no-python "$@" ;;

@@ -94,9 +94,10 @@ def discover(hosts: Optional[str] = None, hostfile: Optional[str] = None,
 
 
 def rank_of(names: Sequence[str], env: Optional[Mapping[str, str]] = None) -> Optional[int]:
-    """Which of names this instance is, as the launch script decides it: NODE_RANK, else the
-    host name, else an address; None when it is none of them. BadInput when NODE_RANK is
-    set but is not one of the ranks."""
+    """Which of names this instance is, as the launch script decides it: NODE_RANK, else
+    PET_NODE_RANK (Kubeflow's: a TrainJob sets no NODE_RANK), else the host name, else an
+    address; None when it is none of them. BadInput when the rank variable is set but is
+    not one of the ranks."""
     if not names:
         return None
     proc = _answer("rank", list(names), env)

@@ -1,7 +1,9 @@
 """Issue 5, system tests: the exported launch script, run on each of three namespace
 instances, completes an MPI job (an MPI all-reduce built with mpicc); and for PyTorch, a CPU
 gloo all_reduce across two instances through the launch script and torchrun gives the right
-sum (skipped, with the reason, when torch does not import).
+sum (skipped, with the reason, when torch does not import). Issue 17: with two processes on
+each instance (NPROC_PER_NODE, or Kubeflow's PET_NPROC_PER_NODE), 4 ranks, through the
+launch script and through verify.
 Root only, HPCWIZARD_SYSTEM_TESTS=1 (conftest.py skips otherwise)."""
 from __future__ import annotations
 
@@ -90,6 +92,71 @@ def test_launch_script_torchrun_gloo_allreduce_on_two_instances(setup):
         for node, rank in (("node1", 0), ("node2", 1)):
             assert f"HPCWIZARD-ALLREDUCE rank={rank} size=2 backend=gloo sum=3 expected=3" \
                 in res[node][1], report
+
+
+def _torch_or_skip() -> None:
+    probe = subprocess.run(["python3", "-c", "import torch.distributed"], capture_output=True,
+                           text=True)
+    if probe.returncode != 0:
+        pytest.skip("torch does not import here (pip install torch==2.13.0 takes the CPU "
+                    f"build): {probe.stderr.strip().splitlines()[-1:]}")
+
+
+# Issue 17: two processes per instance. As the launch script is told by hand
+# (NPROC_PER_NODE), and as a Kubeflow TrainJob tells torchrun (PET_NPROC_PER_NODE, each
+# pod's PET_NODE_RANK, PET_MASTER_PORT; the hosts by HOSTS: the namespaces are not named
+# like a JobSet's pods).
+FOUR_RANKS = {
+    "NPROC_PER_NODE": ({"NPROC_PER_NODE": "2", "MASTER_PORT": "29512"}, {}),
+    "PET_NPROC_PER_NODE": ({"PET_NPROC_PER_NODE": "2", "PET_MASTER_PORT": "29513"},
+                           {"node1": {"PET_NODE_RANK": "0"}, "node2": {"PET_NODE_RANK": "1"}}),
+}
+
+
+@pytest.mark.parametrize("told", list(FOUR_RANKS))
+def test_launch_script_torchrun_gloo_four_ranks_on_two_instances(setup, told):
+    """NPROC_PER_NODE=2 on two instances: torchrun starts 2 processes on each, 4 ranks in all;
+    node1's are ranks 0 and 1, node2's 2 and 3 (torchrun's static rendezvous: node rank x
+    processes + local rank), and every one of them sums 1+2+3+4."""
+    _torch_or_skip()
+    common, per_node = FOUR_RANKS[told]
+    with VCluster(2) as c:
+        script = export(c, setup["env"], "pytorch")
+        prog = c.tmp / "allreduce.py"
+        prog.write_text(ALLREDUCE_PY)
+        argv = ["bash", script, "--", "python3", str(prog)]
+        procs = {n: start(c, n, argv, dict(setup["env"], HOSTS="node1,node2", WAIT_TRIES="6",
+                                           **common, **per_node.get(n, {})))
+                 for n in c.names}
+        res = finish(procs, timeout=300)
+        report = "".join(f"\n--- {n}: exit {rc}\n{so}\n{se[-3000:]}"
+                         for n, (rc, so, se) in res.items())
+        assert all(rc == 0 for rc, _, _ in res.values()), report
+        for node, ranks in (("node1", (0, 1)), ("node2", (2, 3))):
+            lines = sorted(ln for ln in res[node][1].splitlines()
+                           if ln.startswith("HPCWIZARD-ALLREDUCE "))
+            assert lines == [f"HPCWIZARD-ALLREDUCE rank={r} size=4 backend=gloo sum=10 "
+                             f"expected=10 local={r % 2} node={r // 2}" for r in ranks], report
+            assert f"--nproc-per-node 2 ({told})" in res[node][2], report
+
+
+def test_verify_pytorch_four_ranks_across_two_instances(setup):
+    """verify with NPROC_PER_NODE=2 in its environment (the launch script's variable): both
+    halves start two processes, and the check passes on 4 ranks, naming the count."""
+    import json
+
+    _torch_or_skip()
+    with VCluster(2) as c:
+        start_nodes(c)
+        proc = c.run("node1", [wizard_exe(), "verify", "--framework", "pytorch", "--network",
+                               "tcp", "--manual", "--hosts", "node1,node2", "--json"],
+                     timeout=400, cwd="/", env=dict(setup["env"], NPROC_PER_NODE="2"))
+        data = json.loads(proc.stdout or "{}")
+        ar = {x["id"]: x for x in data.get("checks", [])}.get("cluster/torch-allreduce", {})
+        assert ar.get("status") == "pass", show(proc)
+        assert ar["detail"].startswith("gloo: sum 10 on 4 ranks on 2 instances (2 per "
+                                       "instance), as expected"), ar["detail"]
+        assert ar["detail"].endswith("per instance: NPROC_PER_NODE)"), ar["detail"]
 
 
 def test_verify_pytorch_runs_the_allreduce_through_the_launch_script(setup):
