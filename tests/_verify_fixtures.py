@@ -93,6 +93,24 @@ class FakeSystem(System):
                        "permitrootlogin without-password\n")
         if isinstance(p, P.SshInEffect):
             return 0, f"host {p.host}\nport {self.port}\nbatchmode yes\n"
+        if isinstance(p, P.ReadIbFacts):  # host "": this instance, read without SSH
+            if p.host and state == "nokey":
+                return 255, f"root@{p.host}: Permission denied (publickey)."
+            return 0, self.ib_facts_out()
+        if isinstance(p, (P.TcpBwReceiver, P.IbWriteBwServer)) and state == "nokey":
+            return 255, f"root@{p.host}: Permission denied (publickey)."
+        if isinstance(p, P.TcpBwReceiver):  # verify --bandwidth over TCP
+            return 0, f"HPCWIZARD-TCPBW-LISTEN port=40001 token={self.TOKEN}\n"
+        if isinstance(p, P.TcpBwSender):
+            return 0, self.tcp_bw_line(9.4)
+        if isinstance(p, P.LinkSpeed):
+            return 0, "speed=10000 virtual=0 kind=none\n"
+        if isinstance(p, P.IbWriteBwServer):
+            return 0, ""
+        if isinstance(p, P.LaunchHalf) and p.program.endswith("busbw.py"):
+            return 0, "" if p.host else self.busbw_line(2.1)
+        if isinstance(p, P.LaunchHalf) and state != "nokey":
+            return 0, self.launch_half_out(p)
         if isinstance(p, (P.SshCommand, P.CopyTo)) or (isinstance(p, P.LaunchHalf) and p.host):
             if state == "nokey":
                 return 255, f"root@{p.host}: Permission denied (publickey)."
@@ -111,3 +129,52 @@ class FakeSystem(System):
     def allreduce_line(rank, backend="gloo"):
         return (f"HPCWIZARD-ALLREDUCE rank={rank} size=2 backend={backend} sum=3 "
                 f"expected=3\n")
+
+    lost_ranks = ()  # ranks whose line the fake's halves leave out (a rank that died)
+
+    def launch_half_out(self, p):
+        """A launch half's lines as the all-reduce program prints them: NPROC_PER_NODE ranks
+        (1 when the probe sets none), node NODE_RANK's, of a world of two such halves."""
+        env = dict(p.extra_env)
+        nproc = int(env.get("NPROC_PER_NODE", "1"))
+        node = int(env.get("NODE_RANK", "1" if p.host else "0"))
+        world = 2 * nproc
+        return "".join(
+            f"HPCWIZARD-ALLREDUCE rank={r} size={world} backend=gloo sum={world * (world + 1) // 2} "
+            f"expected={world * (world + 1) // 2} local={r - node * nproc} node={node}\n"
+            for r in range(node * nproc, (node + 1) * nproc) if r not in self.lost_ranks)
+
+    HDR = "200 Gb/sec (4X HDR)"
+    TWO_HDR_PORTS = (("mlx5_0", "1", "4: ACTIVE", HDR, "InfiniBand"),
+                     ("mlx5_1", "1", "4: ACTIVE", HDR, "InfiniBand"))
+
+    @staticmethod
+    def ib_facts_out(ports=TWO_HDR_PORTS, uverbs=("/dev/infiniband/uverbs0",
+                                                  "/dev/infiniband/uverbs1"),
+                     memlock="unlimited", ucx="1.16.0", nccl="2.20.5",
+                     libibverbs="1.14.50.0"):
+        """What programs/ib_facts.sh prints (a healthy two-port HDR instance by default,
+        the ports of tests/_ib_fixtures.TWO_HDR); "" leaves a library out, as the script does."""
+        tag = "HPCWIZARD-IB\t"
+        out = [tag + "\t".join(("port",) + tuple(p)) for p in ports]
+        out += [f"{tag}uverbs\t{d}" for d in uverbs] + [f"{tag}memlock\t{memlock}"]
+        if ucx:
+            out += [f"{tag}ucx\t# Library version: {ucx}",
+                    f"{tag}ucx\t# API headers version: {ucx}"]
+        out.append(f"{tag}nccl\t{nccl}")
+        if libibverbs:
+            out.append(f"{tag}libibverbs\t{libibverbs}")
+        return "\n".join(out + [tag + "end"]) + "\n"
+
+    TOKEN = "0123456789abcdef0123456789abcdef"  # the TCP test's one-time token
+
+    @staticmethod
+    def tcp_bw_line(gbps):
+        """What programs/tcp_bw.py's sender prints, for gbps."""
+        return f"HPCWIZARD-TCPBW bytes=536870912 seconds=0.5 gbps={gbps:.3f}\n"
+
+    @staticmethod
+    def busbw_line(busbw, backend="gloo", size=2):
+        """What programs/busbw.py's rank 0 prints, for busbw GB/s."""
+        return (f"HPCWIZARD-BUSBW size={size} backend={backend} bytes=67108864 "
+                f"seconds=0.064 algbw={busbw:.3f} busbw={busbw:.3f}\n")

@@ -55,3 +55,16 @@ def test_cli_json(capsys):
     assert main(["diagnose", "--json", str(LOGS / "nccl-socket-fallback.log")]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data[0]["id"] == "nccl-socket-fallback" and data[0]["fix_zh"]
+
+
+def test_gdr_disabled_is_the_hcas_not_the_pcie_distance_nor_a_healthy_log():
+    """NCCL's 'GPU Direct RDMA Disabled for HCA' (no peermem, no DMA-BUF) is a fault to fix on
+    the host; 'Disabled for GPU 0 / HCA 0 (distance 5 > 4)' is NCCL's choice for the PCIe
+    topology, and a log with GDRDMA connections has nothing to diagnose."""
+    assert (LOGS / "nccl-gdr-disabled.log").exists()
+    far = ["n1:1:2 [0] NCCL INFO GPU Direct RDMA Disabled for GPU 0 / HCA 0 (distance 5 > 4)"]
+    assert "nccl-gdr-disabled" not in [d.id for d in diagnose(far, scope="job")]
+    healthy = (LOGS / "nccl-transport" / "ib-gdrdma_aks-rdma-infiniband-pr36.txt").read_text()
+    assert diagnose(healthy.splitlines(), scope="job") == []
+    fix = next(s for s in signatures() if s.id == "nccl-gdr-disabled").fix
+    assert "nvidia-peermem" in fix and "DMA-BUF" in fix

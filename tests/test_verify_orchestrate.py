@@ -77,8 +77,8 @@ def test_torch_allreduce_runs_here_and_on_the_first_other_host_that_logs_in():
     c, system = run({"node1": "ok", "node2": "nokey", "node3": "ok"}, here="node1")
     ar = c["cluster/torch-allreduce"]
     assert ar.status == PASS, ar.detail
-    assert ar.detail == ("gloo: sum 3 on both ranks, as expected (rendezvous at "
-                         "node1:29500)")
+    assert ar.detail == ("gloo: sum 3 on 2 ranks on 2 instances (1 per instance), as expected "
+                         "(rendezvous at node1:29500; per instance: no GPU here, 1)")
     local, remote = system.asked(P.LaunchHalf)
     assert (local.host, remote.host) == ("", "node3")  # node2 refused the key
     # the interpreter here/torch found, the rendezvous on this host, on both halves

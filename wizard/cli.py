@@ -115,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     vh.add_argument("--hosts", help=_("the job's hosts: node1,node2 or job-worker-{0..3} or node[1-3]"))
     vh.add_argument("--hostfile", help=_("an OpenMPI/MPICH hostfile naming the job's hosts"))
     v.add_argument("--here", action="store_true", help=_("only the checks on this instance"))
+    v.add_argument("--bandwidth", action="store_true", help=_(
+        "also measure the links between instances (ib_write_bw, TCP, the all_reduce's bus "
+        "bandwidth) against their line rate; this loads them"))
     v.add_argument("--jobs", default="16", help="how many hosts to check at once (default 16)")
     v.add_argument("--json", action="store_true")
 
@@ -455,6 +458,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if args.hosts is not None or args.hostfile is not None:
             raise BadInput(_("--here checks this instance only: leave out --hosts and "
                              "--hostfile, or --here"))
+        if args.bandwidth:
+            raise BadInput(_("--bandwidth measures the links between instances: leave out "
+                             "--here"))
     else:
         from .runtime import discover
 
@@ -462,13 +468,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
         # only when no source names any: the checks here only, said in the report. A source
         # set but unreadable is bad input naming it, never "here only".
         hosts = discover(args.hosts, args.hostfile, os.environ)
-        if hosts is not None and os.environ.get("NODE_RANK"):
+        if hosts is not None and (os.environ.get("NODE_RANK") or os.environ.get("PET_NODE_RANK")):
             from .runtime import rank_of
 
-            # a NODE_RANK that is none of the ranks is bad input now, not after the checks
+            # a NODE_RANK (or Kubeflow's PET_NODE_RANK) that is none of the ranks is bad
+            # input now, not after the checks
             rank_of(hosts.names, os.environ)
     facts, plan = _plan(args, choices)
-    report = verify(plan, facts, hosts, max_workers=jobs)
+    report = verify(plan, facts, hosts, max_workers=jobs, bandwidth=args.bandwidth)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     else:

@@ -3,7 +3,8 @@ every host (and over IB an MPI all-reduce whose UCX log shows IB or TCP), in the
 Open MPI installed here (`mpirun --version`: 5.x takes PRRTE's) and kept to the interface
 that the route to the first other host goes through; for PyTorch a two-instance
 torch.distributed all-reduce started through the launch script, so through torchrun's
-rendezvous on its port (gloo on CPU, nccl on GPU; over IB its NCCL log shows IB or sockets).
+rendezvous on its port, with as many processes on each instance as the launch starts (gloo
+on CPU, nccl on GPU; over IB its NCCL log shows IB or sockets).
 
 The hosts are the ones the launch script would use, in its order, and "which one is this" is
 its answer (hpcwizard.runtime): what passes here is what the launch does."""
@@ -14,14 +15,17 @@ import os
 import stat
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..diagnose import diagnose, explain
-from ..facts import Software
+from ..facts import Facts, Software
 from ..i18n import _
+from ..inputs import ascii_int
+from . import bandwidth as BW
+from . import fleet
 from . import needs as N
 from .context import Ctx, _check, _skip, gather
-from .parse import (host_lines, parse_allreduce, route_dev, short, transport_from_nccl_log,
+from .parse import (host_lines, parse_allreduce, route_dev, short,
                     transport_from_ucx_log, address_of)
 from .probes import (BuildMpiProgram, CopyTo, IsExecutable, LaunchHalf, Mpirun, MpirunVersion,
                      Ran, Resolve, RouteTo, WriteOnce)
@@ -215,14 +219,74 @@ def torch_allreduce_title(ctx: Ctx, host: str = "") -> str:
     return _("torch.distributed all_reduce across two instances")
 
 
+def torch_nproc(facts: Facts, env: Mapping[str, str]) -> Tuple[int, str]:
+    """(the processes per instance verify's all-reduce starts, where that count came from),
+    as the launch script counts them: NPROC_PER_NODE, else Kubeflow's PET_NPROC_PER_NODE
+    when it is a number, else the GPUs (the facts': the launch counts them with nvidia-smi
+    when it runs), at least 1. Told through the environment, the launch script's own
+    variable, so verify run where the job runs checks the job's count; given to both halves
+    outright, since the remote one, over SSH, sees none of this environment. torchrun's
+    words (PET_NPROC_PER_NODE=auto, a PyTorchJob's default) take the GPUs here: on a CPU
+    instance torchrun's auto starts a process per CPU, which verify does not mirror. None
+    of these as a count: (0, the refusal)."""
+    for var in ("NPROC_PER_NODE", "PET_NPROC_PER_NODE"):
+        value = env.get(var, "").strip()
+        if not value or (var == "PET_NPROC_PER_NODE" and value in ("auto", "cpu", "gpu", "xpu")):
+            continue
+        n = ascii_int(value)
+        if n is None or not 1 <= n <= 999999:
+            return 0, _("{var}={value!r} is not a number of processes (1 or more): the launch "
+                        "script refuses it").format(var=var, value=value[:40])
+        return n, var
+    gpus = len(facts.gpus)
+    return (gpus, _("the GPUs here")) if gpus else (1, _("no GPU here, 1"))
+
+
+def allreduce_problem(local: Sequence[Dict[str, str]], remote: Sequence[Dict[str, str]],
+                      nproc: int) -> str:
+    """What is wrong with the two halves' result lines for nproc processes on each ("" when
+    nothing): every rank of the world 0..2*nproc-1 answered once, nproc of them from each
+    half, each with that world size and its sum of 1..2*nproc."""
+    world = 2 * nproc
+    want = world * (world + 1) // 2
+    seen: Dict[int, int] = {}
+    for x in (*local, *remote):
+        r = ascii_int(x.get("rank", ""))
+        if r is not None:
+            seen[r] = seen.get(r, 0) + 1
+    missing = [r for r in range(world) if r not in seen]
+    extra = sorted(r for r, k in seen.items() if k > 1 or r >= world)
+    if missing or extra or len(local) != nproc or len(remote) != nproc:
+        return _("{got} of {want} ranks answered ({here} here, {there} there); missing: "
+                 "{missing}{extra}").format(
+            got=len(local) + len(remote), want=world, here=len(local), there=len(remote),
+            missing=", ".join(map(str, missing)) or "-",
+            extra="; " + _("unexpected: {ranks}").format(ranks=", ".join(map(str, extra)))
+            if extra else "")
+    for x in (*local, *remote):
+        try:
+            ok = int(x.get("size", "")) == world and float(x.get("sum", "")) == want
+        except ValueError:
+            ok = False
+        if not ok:
+            return _("rank {rank}: world size {size}, sum {sum}; expected {world} and "
+                     "{want}").format(rank=x.get("rank"), size=x.get("size"),
+                                      sum=x.get("sum"), world=world, want=want)
+    return ""
+
+
 def check_torch_allreduce(ctx: Ctx, host: str = "") -> Check:
-    """Two processes, one on this host and one on another, through the launch script."""
+    """nproc processes on this host and nproc on another, through the launch script."""
     from ..launch import launch_script
 
     tid, title = "cluster/torch-allreduce", torch_allreduce_title(ctx)
     pair = torch_pair(ctx)
     assert pair is not None  # its needs: N.A_JOB_HOST, N.A_PEER_LOGIN
     here, other = pair
+    nproc, nproc_from = torch_nproc(ctx.facts, os.environ)
+    if not nproc:
+        return _check(tid, title, None, False, detail=nproc_from,
+                      plain=_("Set NPROC_PER_NODE to the processes each instance starts."))
     script = launch_script(ctx.plan)
     test = program(TORCH_ALLREDUCE)
     spath = _cache_path(ctx, "launch.sh", script)
@@ -238,8 +302,14 @@ def check_torch_allreduce(ctx: Ctx, host: str = "") -> Check:
                          command=failed.command)
     # The rendezvous (torchrun's TCP store on the first host) named on both sides: a
     # MASTER_ADDR or MASTER_PORT in verify's own environment must not reach one half only.
-    env = (("NCCL_DEBUG", "INFO"), ("HOSTS", f"{here},{other}"), ("WAIT_TRIES", "5"),
-           ("MASTER_ADDR", here), ("MASTER_PORT", RENDEZVOUS_PORT))
+    # So is the count of processes: the expected lines are 2 x nproc whatever each half
+    # would count by itself.
+    # NET beside NCCL's default subsystems: the lines that say whether GPUDirect RDMA is on
+    # for each HCA, and why not (the check below reads them: hpcwizard.verify.nccl_log).
+    env = (("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_SUBSYS", "INIT,BOOTSTRAP,ENV,NET"),
+           ("HOSTS", f"{here},{other}"), ("WAIT_TRIES", "5"),
+           ("MASTER_ADDR", here), ("MASTER_PORT", RENDEZVOUS_PORT),
+           ("NPROC_PER_NODE", str(nproc)))
     # The python3 that imports torch here (the same image is at the same path there): an
     # SSH command's PATH often lacks a conda or pyenv interpreter.
     # Each half's rank said outright: a NODE_RANK in verify's environment (the platform's
@@ -251,18 +321,20 @@ def check_torch_allreduce(ctx: Ctx, host: str = "") -> Check:
     with ThreadPoolExecutor(max_workers=2) as pool:
         r_local, r_remote = gather(ctx, [pool.submit(ctx.ask, local),
                                          pool.submit(ctx.ask, remote)])
-    results = parse_allreduce(r_local.out) + parse_allreduce(r_remote.out)
-    ok = (r_local.ok and r_remote.ok and len(results) == 2
-          and all(x.get("sum") == x.get("expected") for x in results))
+    mine, theirs = parse_allreduce(r_local.out), parse_allreduce(r_remote.out)
+    results = mine + theirs
+    problem = allreduce_problem(mine, theirs, nproc) if r_local.ok and r_remote.ok else ""
+    ok = r_local.ok and r_remote.ok and not problem
     both = Ran(r_local.argv, r_local.rc or r_remote.rc, r_local.out + "\n" + r_remote.out)
     backend = results[0].get("backend", "") if results else ""
     command = local.command + "  &  " + remote.command
     ctx.allreduce = (both, backend, command)
-    detail = (_("{backend}: sum {sum} on both ranks, as expected (rendezvous at "
-                "{address})").format(backend=backend, sum=results[0].get("sum"),
-                                     address=f"{here}:{RENDEZVOUS_PORT}") if ok else
-              (_("results: {results}").format(results=results) if results
-               else both.last_line()))
+    detail = (_("{backend}: sum {sum} on {n} ranks on 2 instances ({per} per instance), as "
+                "expected (rendezvous at {address}; per instance: {why})").format(
+        backend=backend, sum=results[0].get("sum"), n=2 * nproc, per=nproc, why=nproc_from,
+        address=f"{here}:{RENDEZVOUS_PORT}") if ok else
+              problem or (_("results: {results}").format(results=results) if results
+                          else both.last_line()))
     return _check(tid, title, both, ok, detail=detail, t0=t0, command=command,
                   fallback="nccl-no-socket",
                   plain=_("The two-instance all_reduce did not complete: the diagnosis names "
@@ -274,19 +346,56 @@ def nccl_transport_title(ctx: Ctx, host: str = "") -> str:
 
 
 def check_nccl_transport(ctx: Ctx, host: str = "") -> Check:
-    """What the all-reduce's NCCL log says (NCCL_DEBUG=INFO): nothing more runs."""
+    """What the all-reduce's NCCL log says (NCCL_DEBUG=INFO): nothing more runs. Over IB,
+    its connection lines also say whether the NIC reads GPU memory itself (GPUDirect RDMA)
+    or every transfer is copied through host memory. The all-reduce ran on NCCL (its needs):
+    with gloo on CPU this check is skipped, so nothing about GPUDirect is claimed there."""
+    from .nccl_log import nccl_transport
+
     assert ctx.allreduce is not None  # its needs: N.ALLREDUCE
     both, _backend, command = ctx.allreduce
-    used = transport_from_nccl_log(both.out)
-    return Check("cluster/nccl-transport", nccl_transport_title(ctx),
-                 PASS if used == "ib" else FAIL, command,
-                 {"ib": _("NCCL chose IB"), "tcp": _("NCCL fell back to sockets (TCP)")}
-                 .get(used, _("the NCCL log does not say")),
-                 "" if used == "ib" else _("NCCL between instances does not use "
-                                           "InfiniBand: the job runs, but slowly."),
-                 diagnoses=() if used == "ib" else
-                 tuple(diagnose(both.lines(), scope="job")) or
-                 (explain("nccl-socket-fallback"),))
+    found = nccl_transport(both.out)
+    title = nccl_transport_title(ctx)
+    if found.net != "ib":
+        return Check("cluster/nccl-transport", title, FAIL, command,
+                     _("NCCL fell back to sockets (TCP)") if found.net == "socket"
+                     else _("the NCCL log does not say"),
+                     _("NCCL between instances does not use InfiniBand: the job runs, but "
+                       "slowly."),
+                     diagnoses=tuple(diagnose(both.lines(), scope="job")) or
+                     (explain("nccl-socket-fallback"),))
+    if found.gdr is None:  # no connection line: the log says IB, and nothing of GPUDirect
+        return Check("cluster/nccl-transport", title, PASS, command, _("NCCL chose IB"))
+    if found.gdr:
+        return Check("cluster/nccl-transport", title, PASS, command,
+                     _("NCCL chose IB with GPUDirect RDMA"))
+    if found.too_far and not found.gdr_disabled_hcas:
+        # NCCL could, and chose not to: through the CPU's root complex, GPUDirect is often
+        # slower than host memory (NCCL_NET_GDR_LEVEL moves that line). Not a fault here.
+        return Check("cluster/nccl-transport", title, PASS, command,
+                     _("NCCL chose IB without GPUDirect RDMA: the GPU and the HCA are too far "
+                       "apart on PCIe for it (NCCL_NET_GDR_LEVEL)"))
+    detail = (_("NCCL chose IB without GPUDirect RDMA on {hosts}: data goes through host "
+                "memory").format(hosts=", ".join(found.hosts_without_gdr))
+              if found.hosts_without_gdr else
+              _("NCCL chose IB without GPUDirect RDMA: data goes through host memory"))
+    plain = _("The NIC cannot read GPU memory: load nvidia-peermem on the host (lsmod | grep "
+              "peermem), or use DMA-BUF (Linux 5.12 or later with NVIDIA's open kernel "
+              "modules).")
+    if found.version_tuple and found.version_tuple < (2, 23):
+        plain += " " + _("NCCL {version} finds nvidia-peermem only under "
+                         "/sys/kernel/mm/memory_peers; NCCL 2.23 and later also find "
+                         "/sys/module/nvidia_peermem.").format(version=found.version)
+    if not (found.gdr_disabled_hcas or found.gdr_enabled_hcas):
+        # The HCA and distance lines are NCCL_NET's: without them the log cannot tell a
+        # missing module from NCCL's own choice for a GPU far from the NIC.
+        plain += " " + _("If 'nvidia-smi topo -m' shows PHB, NODE or SYS between the GPU and "
+                         "the NIC, NCCL keeps GPUDirect RDMA off by choice "
+                         "(NCCL_DEBUG_SUBSYS=INIT,NET logs why).")
+    seen = diagnose(both.lines(), scope="job")
+    gdr = [d for d in seen if d.id == "nccl-gdr-disabled"] or [explain("nccl-gdr-disabled")]
+    return Check("cluster/nccl-transport", title, FAIL, command, detail, plain,
+                 diagnoses=tuple(gdr + [d for d in seen if d.id != "nccl-gdr-disabled"]))
 
 
 MPI, TORCH, IB = ("mpi",), ("pytorch",), ("ib",)
@@ -302,4 +411,10 @@ CHECKS = (
          needs=(N.TORCH, N.ACT_AS, N.TWO_HOSTS, N.A_JOB_HOST, N.A_PEER_LOGIN)),
     Spec("cluster/nccl-transport", nccl_transport_title, check_nccl_transport,
          frameworks=TORCH, networks=IB, needs=(N.ALLREDUCE, N.NCCL)),
+    Spec("cluster/ib-same", fleet.same_title, fleet.check_same, networks=IB,
+         needs=(N.TWO_HOSTS, N.IB_FACTS_OF_TWO)),
+    # verify --bandwidth only (bandwidth.opt_in): not asked for, no part of the report
+    BW.IB_WRITE_BW,
+    BW.TCP_BANDWIDTH,
+    BW.TORCH_BUSBW,
 )

@@ -20,8 +20,9 @@ from .system import System
 
 class Ctx:
     def __init__(self, plan: Plan, facts: Facts, system: System,
-                 hosts: Optional[Hosts] = None) -> None:
+                 hosts: Optional[Hosts] = None, bandwidth: bool = False) -> None:
         self.plan = plan
+        self.bandwidth = bandwidth  # verify --bandwidth: measure the links (they are loaded)
         self.facts = facts
         self.sys = system
         self.hosts = hosts

@@ -77,12 +77,15 @@ GPU = Need("a GPU here (else the job uses gloo)",
            lambda ctx, host: bool(ctx.torch.get("cuda")) or bool(ctx.facts.gpus),
            lambda ctx, host: _("no GPU here: the job uses gloo, not NCCL"))
 
+# A peer's own checks beside the SSH ones (its InfiniBand facts) do not make it unreachable.
+_SSH_CHECKS = ("resolve", "port", "login")
 RESOLVES = passed("peer/{host}/resolve", lambda ctx, host: _("the name does not resolve"))
 PORT_ANSWERS = passed("peer/{host}/port",
                       lambda ctx, host: _("port {port} does not answer").format(port=ctx.port))
 
 REACHABLE = Need("every peer's name, port and login passed",
-                 lambda ctx, host: all(c.status == PASS for c in ctx.peer_checks()),
+                 lambda ctx, host: all(c.status == PASS for c in ctx.peer_checks()
+                                       if c.id.rsplit("/", 1)[-1] in _SSH_CHECKS),
                  lambda ctx, host: _("an SSH check above failed"))
 MPIRUN = passed("cluster/mpirun", lambda ctx, host: _("mpirun failed"), inherit_skip=True)
 TWO_HOSTS = Need("two hosts or more", lambda ctx, host: len(ctx.names) >= 2,
@@ -99,3 +102,35 @@ ALLREDUCE = ran("cluster/torch-allreduce")
 NCCL = Need("the all-reduce ran on NCCL",
             lambda ctx, host: ctx.allreduce is not None and ctx.allreduce[1] == "nccl",
             lambda ctx, host: _("gloo on CPU does not use InfiniBand"))
+
+
+def _ib_facts_readable(ctx: Ctx, host: str) -> bool:
+    if host == ctx.here_name():  # read with bash here: no SSH
+        return True
+    login = ctx.found(f"peer/{host}/login")
+    return login is not None and login.status == PASS
+
+
+def _ib_facts_of_two(ctx: Ctx) -> bool:
+    from .fleet import read_facts
+
+    return len(read_facts(ctx)) >= 2
+
+
+IB_FACTS_READABLE = Need(
+    "this instance, or a peer whose key login passed", _ib_facts_readable,
+    lambda ctx, host: _("no key login to {host}: its InfiniBand facts are read over "
+                        "SSH").format(host=host))
+IB_FACTS_OF_TWO = Need(
+    "the InfiniBand facts of two hosts or more were read",
+    lambda ctx, host: _ib_facts_of_two(ctx),
+    lambda ctx, host: _("the InfiniBand facts of fewer than two hosts were read: nothing to "
+                        "compare"))
+
+# verify --bandwidth: the measurements load the links, so they run only when asked for; not
+# asked, they are no part of the report (bandwidth.opt_in), not a skip on every run.
+BANDWIDTH = Need("verify --bandwidth was asked for", lambda ctx, host: ctx.bandwidth,
+                 lambda ctx, host: _("not asked for (verify --bandwidth)"))
+TORCH_ALLREDUCE_PASSED = passed(
+    "cluster/torch-allreduce", lambda ctx, host: _("the all_reduce above did not pass"),
+    inherit_skip=True)

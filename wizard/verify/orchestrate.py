@@ -46,14 +46,15 @@ def run_checks(ctx: Ctx, specs: Sequence[Spec], host: str = "",
 
 def verify(plan: Plan, facts: Facts, hosts: Optional[Hosts] = None,
            system: Optional[System] = None, on_check: Optional[OnCheck] = None,
-           max_workers: int = MAX_WORKERS) -> Report:
+           max_workers: int = MAX_WORKERS, bandwidth: bool = False) -> Report:
     """Every check, here then across hosts (concurrently, at most max_workers at once).
-    on_check is called with each check as it finishes (from worker threads)."""
+    on_check is called with each check as it finishes (from worker threads); bandwidth:
+    the bandwidth checks too (verify --bandwidth), which load the links."""
     if system is None:
         from . import System as default  # the package's name: tests replace it there
 
         system = default()
-    ctx = Ctx(plan, facts, system, hosts)
+    ctx = Ctx(plan, facts, system, hosts, bandwidth=bandwidth)
     try:
         return _verify(ctx, on_check, max_workers)
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Dict, List, Sequence, Tuple
 
 
@@ -106,10 +107,135 @@ def transport_from_ucx_log(text: str) -> str:
 
 def transport_from_nccl_log(text: str) -> str:
     """'ib' for 'Using network IB' (or IBext/ a plugin over IB), 'tcp' for 'Using network
-    Socket', '' when the log does not say."""
-    m = re.findall(r"Using network (\S+)", text)
+    Socket', '' when the log does not say. The whole reading (GPUDirect RDMA, the HCAs):
+    nccl_log.nccl_transport."""
+    from .nccl_log import nccl_transport
+
+    return {"ib": "ib", "socket": "tcp"}.get(nccl_transport(text).net, "")
+
+
+# --- one instance's InfiniBand facts (programs/ib_facts.sh) --------------------------------
+
+
+@dataclass(frozen=True)
+class IbPort:
+    hca: str
+    number: str
+    state: str  # ACTIVE, DOWN, INIT...: sysfs's '4: ACTIVE' without its number
+    rate_gbps: float  # 0.0 when sysfs's rate is unreadable
+    link_layer: str  # InfiniBand | Ethernet (RoCE)
+
+    @property
+    def name(self) -> str:
+        return f"{self.hca}:{self.number}"
+
+    @property
+    def active(self) -> bool:
+        return self.state.upper() == "ACTIVE"
+
+    @property
+    def software(self) -> bool:
+        """rxe and siw: RDMA emulated over Ethernet, never the job's ports."""
+        return self.hca.startswith(("rxe", "siw"))
+
+
+@dataclass(frozen=True)
+class IbFacts:
+    ports: Tuple[IbPort, ...]
+    uverbs: Tuple[str, ...]  # /dev/infiniband/uverbs* present
+    memlock: str  # `ulimit -l`: 'unlimited' or KiB
+    ucx: str  # UCX's version, '' without ucx_info
+    nccl: str  # the NCCL torch links, '' without one (or not asked)
+    libibverbs: str  # the library's file version (1.14.50.0), '' when not found
+    complete: bool  # the probe's last line came: nothing was cut off
+
+
+def parse_ib_facts(text: str) -> IbFacts:
+    """ib_facts.sh's HPCWIZARD-IB lines -> IbFacts; other lines (a banner) are not facts."""
+    from ..detect.rdma import parse_rate, parse_state
+    from ..detect.software import parse_ucx_version
+
+    ports: List[IbPort] = []
+    uverbs: List[str] = []
+    ucx_lines: List[str] = []
+    found: Dict[str, str] = {}
+    complete = False
+    for line in text.splitlines():
+        fields = line.rstrip("\r").split("\t")
+        if fields[0] != "HPCWIZARD-IB" or len(fields) < 2:
+            continue
+        kind, rest = fields[1], fields[2:]
+        if kind == "port" and len(rest) == 5:
+            hca, number, state, rate, layer = rest
+            ports.append(IbPort(hca, number, parse_state(state), parse_rate(rate) or 0.0,
+                                layer.strip() or "unknown"))
+        elif kind == "uverbs" and rest:
+            uverbs.append(rest[0])
+        elif kind == "ucx" and rest:
+            ucx_lines.append(rest[0])
+        elif kind in ("memlock", "nccl", "libibverbs") and rest:
+            found[kind] = rest[0].strip()
+        elif kind == "end":
+            complete = True
+    return IbFacts(tuple(ports), tuple(uverbs), found.get("memlock", ""),
+                   parse_ucx_version("\n".join(ucx_lines)), found.get("nccl", ""),
+                   found.get("libibverbs", ""), complete)
+
+
+# --- bandwidth (verify --bandwidth) --------------------------------------------------------
+
+_PERFTEST_UNIT = re.compile(r"BW average\[(Gb|MB|MiB)/sec\]")
+_TO_GBPS = {"Gb": 1.0, "MB": 8 / 1000, "MiB": 8 * 1.048576 / 1000}
+
+
+def parse_ib_write_bw(text: str) -> "float | None":
+    """perftest's result table -> BW average in Gb/s (from Gb/sec, MB/sec or MiB/sec, as its
+    header names the unit), of the largest message size; rows repeated at one size (a run
+    with --run_infinitely) are averaged. None when there is no result row. Lines perftest
+    mixes into the table (a CPU-frequency warning) are not rows."""
+    m = _PERFTEST_UNIT.search(text)
     if not m:
-        if re.search(r"NET/IB : Using \[", text):
-            return "ib"
-        return ""
-    return "tcp" if all(x.lower().startswith("socket") for x in m) else "ib"
+        return None
+    scale = _TO_GBPS[m.group(1)]
+    rows: Dict[int, List[float]] = {}
+    for line in text[m.end():].splitlines():
+        words = line.split()
+        if len(words) >= 4 and words[0].isdigit() and words[1].isdigit():
+            try:
+                rows.setdefault(int(words[0]), []).append(float(words[3]))
+            except ValueError:
+                continue
+    if not rows:
+        return None
+    avgs = rows[max(rows)]
+    return sum(avgs) / len(avgs) * scale
+
+
+def _fields(line: str) -> Dict[str, str]:
+    return dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+
+
+def parse_tcp_listen(text: str) -> Dict[str, str]:
+    """The TCP test's receiver: 'HPCWIZARD-TCPBW-LISTEN port=N token=T' -> {port, token}."""
+    m = re.search(r"HPCWIZARD-TCPBW-LISTEN (.*)", text)
+    return _fields(m.group(1)) if m else {}
+
+
+def parse_tcp_bw(text: str) -> "float | None":
+    """The TCP test's sender: 'HPCWIZARD-TCPBW bytes=.. seconds=.. gbps=G' -> G (Gb/s)."""
+    m = re.search(r"HPCWIZARD-TCPBW (.*)", text)
+    try:
+        return float(_fields(m.group(1))["gbps"]) if m else None
+    except (KeyError, ValueError):
+        return None
+
+
+def parse_busbw(text: str) -> Dict[str, str]:
+    """busbw.py's 'HPCWIZARD-BUSBW size=.. backend=.. busbw=B ...' -> its fields ({} none)."""
+    m = re.search(r"HPCWIZARD-BUSBW (.*)", text)
+    return _fields(m.group(1)) if m else {}
+
+
+def parse_link_speed(text: str) -> Dict[str, str]:
+    """The LinkSpeed probe's 'speed=10000 virtual=0 kind=none' -> its fields."""
+    return _fields(first_line(text))

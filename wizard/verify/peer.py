@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from ..i18n import _
+from . import fleet
 from . import needs as N
 from .context import Ctx, _check
 from .parse import address_of, first_line, short
@@ -95,4 +96,6 @@ CHECKS = (
     Spec("peer/{host}/port", port_title, check_port, needs=(N.RESOLVES,)),
     Spec("peer/{host}/login", login_title, check_login,
          needs=(N.RESOLVES, N.PORT_ANSWERS, N.ACT_AS)),
+    Spec("peer/{host}/ib", fleet.host_title, fleet.check_host, networks=("ib",),
+         needs=(N.ACT_AS, N.IB_FACTS_READABLE)),
 )

@@ -227,6 +227,25 @@ class MpirunVersion(Probe):
         return (*as_user(self.user), "mpirun", "--version")
 
 
+@dataclass(frozen=True)
+class ReadIbFacts(Probe):
+    """The IB facts script (programs/ib_facts.sh, as shell text) run with bash here (host "")
+    or on host over SSH: `bash -c SCRIPT ib_facts ROOT PYTHON`, read-only."""
+    script: str
+    python: str = ""  # whose torch names the NCCL it links ("": not asked)
+    host: str = ""
+    port: int = 0
+    user: str = ""
+    root: str = "/"
+    timeout = 90.0  # the script bounds torch's import at 60 s
+
+    def argv(self) -> Tuple[str, ...]:
+        args = ("bash", "-c", self.script, "ib_facts", self.root, self.python)
+        if not self.host:
+            return (*as_user(self.user), *args)
+        return ssh_argv(self.user, self.port, self.host, shlex.join(args))
+
+
 # --- files of verify's own ----------------------------------------------------------------
 
 
@@ -318,3 +337,103 @@ class LaunchHalf(Probe):
         return ssh_argv(self.user, self.port, self.host,
                         f"{envs} bash {shlex.quote(self.script)} -- {shlex.quote(self.python)} "
                         f"{shlex.quote(self.program)}")
+
+
+# --- bandwidth (verify --bandwidth) --------------------------------------------------------
+
+# ib_write_bw's fixed measurement: 1 MiB messages (past the size where a healthy HDR/NDR port
+# plateaus), 5000 of them on each of 2 queue pairs, CPU-frequency warnings not fatal (-F:
+# containers cannot read cpufreq), the figure in Gb/s to compare with the port's rate.
+IB_WRITE_BW_ARGS = ("-s", "1048576", "-n", "5000", "-q", "2", "-F", "--report_gbits")
+IB_SERVER_SECONDS = 60  # the server waits this long for its client, then exits
+
+
+@dataclass(frozen=True)
+class IbWriteBwServer(Probe):
+    """perftest's ib_write_bw server on host over SSH, bounded by `timeout`: it waits for one
+    client on tcp_port (the exchange of queue-pair numbers), then the RDMA writes arrive."""
+    host: str
+    port: int
+    device: str
+    ib_port: int
+    tcp_port: int
+    user: str = ""
+    timeout = IB_SERVER_SECONDS + 15.0
+
+    def argv(self) -> Tuple[str, ...]:
+        remote = shlex.join(("timeout", str(IB_SERVER_SECONDS), "ib_write_bw", "-d", self.device,
+                             "-i", str(self.ib_port), "-p", str(self.tcp_port),
+                             *IB_WRITE_BW_ARGS))
+        return ssh_argv(self.user, self.port, self.host, remote)
+
+
+@dataclass(frozen=True)
+class IbWriteBwClient(Probe):
+    """ib_write_bw's client here (as the job's user: its locked-memory limit is the job's),
+    writing to the server at address."""
+    address: str
+    device: str
+    ib_port: int
+    tcp_port: int
+    user: str = ""
+    timeout = 60.0
+
+    def argv(self) -> Tuple[str, ...]:
+        return (*as_user(self.user), "ib_write_bw", "-d", self.device, "-i", str(self.ib_port),
+                "-p", str(self.tcp_port), *IB_WRITE_BW_ARGS, self.address)
+
+
+@dataclass(frozen=True)
+class TcpBwReceiver(Probe):
+    """The TCP test program's receiver on host over SSH (`PYTHON - --receive`, the program on
+    stdin): it listens on a free port, prints it with a one-time token and goes to the
+    background, so the ssh returns while it waits for the sender."""
+    host: str
+    port: int
+    python: str
+    program: str
+    user: str = ""
+    timeout = SSH_TIMEOUT
+
+    def argv(self) -> Tuple[str, ...]:
+        return ssh_argv(self.user, self.port, self.host,
+                        f"{shlex.quote(self.python)} - --receive")
+
+    def stdin(self) -> Optional[bytes]:
+        return self.program.encode()
+
+
+@dataclass(frozen=True)
+class TcpBwSender(Probe):
+    """The TCP test program's sender here: mib MiB to the receiver at address:tcp_port."""
+    address: str
+    tcp_port: int
+    token: str
+    mib: int
+    python: str
+    program: str
+    timeout = JOB_TIMEOUT
+
+    def argv(self) -> Tuple[str, ...]:
+        return (self.python, "-", "--send", self.address, str(self.tcp_port), self.token,
+                str(self.mib))
+
+    def stdin(self) -> Optional[bytes]:
+        return self.program.encode()
+
+
+_LINK_SPEED = ('d=/sys/class/net/$1; [ -d "$d" ] || { echo "no $d"; exit 1; }; '
+               's=$(cat "$d/speed" 2>/dev/null) || s=-1; v=0; [ -e "$d/device" ] || v=1; '
+               'k=$(sed -n "s/^DEVTYPE=//p" "$d/uevent" 2>/dev/null); '
+               'echo "speed=${s:--1} virtual=$v kind=${k:-none}"')
+
+
+@dataclass(frozen=True)
+class LinkSpeed(Probe):
+    """An interface's speed as the kernel reports it (/sys/class/net/IFACE/speed, Mb/s), and
+    whether it is virtual (no device behind it: veth, ...) and of which kind (DEVTYPE)."""
+    iface: str
+    timeout = 5.0
+
+    def argv(self) -> Tuple[str, ...]:
+        return ("bash", "-c", _LINK_SPEED, "link_speed", self.iface)
