@@ -214,3 +214,14 @@ def test_the_test_programs_are_files_in_the_package_and_in_the_pyz_tree():
             if f.is_file():
                 assert (shipped / "programs" / f.name).read_bytes() == f.read_bytes(), f.name
         assert (shipped / "__init__.py").exists() and (shipped / "orchestrate.py").exists()
+
+
+def test_torch_allreduce_that_cannot_copy_its_test_skips_with_the_copy_error():
+    c, system = run({"node1": "ok", "node2": "ok"},
+                    answers={P.TorchImport: TORCH,
+                             P.CopyTo: (1, "scp: /root/.cache: Read-only file system")})
+    ar = c["cluster/torch-allreduce"]
+    assert ar.status == SKIP and ar.detail == (
+        "cannot copy the test to node2 over SSH (scp: /root/.cache: Read-only file system); "
+        "run the launch script on both instances yourself")
+    assert not system.asked(P.LaunchHalf)  # nothing started when the copy failed

@@ -15,6 +15,7 @@ divide it between them and each measure a part."""
 from __future__ import annotations
 
 import math
+import os
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -28,8 +29,8 @@ from . import needs as N
 from .context import Ctx, _check, _skip, gather
 from .parse import (address_of, parse_busbw, parse_ib_write_bw, parse_link_speed,
                     parse_tcp_bw, parse_tcp_listen, route_dev)
-from .probes import (IbWriteBwClient, IbWriteBwServer, LaunchHalf, LinkSpeed, Ran, Resolve,
-                     RouteTo, TcpBwReceiver, TcpBwSender, WriteOnce)
+from .probes import (IbWriteBwClient, IbWriteBwServer, LinkSpeed, Ran, Resolve,
+                     RouteTo, TcpBwReceiver, TcpBwSender)
 from .results import PASS, Check
 from .shipped import program
 from .spec import ALL_FRAMEWORKS, ALL_NETWORKS, Spec
@@ -318,14 +319,17 @@ def busbw_title(ctx: Ctx, host: str = "") -> str:
 
 def check_torch_busbw(ctx: Ctx, host: str = "") -> List[Check]:
     from ..plan import job_ports
-    from .cluster import torch_pair
+    from .cluster import launch_pair, torch_nproc, torch_pair
 
     cid, title = "cluster/torch-busbw", busbw_title(ctx)
     pair = torch_pair(ctx)
     assert pair is not None  # its needs: N.A_PEER_LOGIN
     here, other = pair
     t0 = time.monotonic()
-    r_local, r_remote, command, failed = launch_pair(ctx, other, BUSBW)
+    # as many processes per instance as the all_reduce before it ran (it passed: the count
+    # is valid)
+    r_local, r_remote, command, failed = launch_pair(ctx, other, BUSBW,
+                                                     torch_nproc(ctx.facts, os.environ)[0])
     if failed is not None:
         return [_skip(cid, title, failed, command=command)]
     both = Ran(r_local.argv, r_local.rc or r_remote.rc, r_local.out + "\n" + r_remote.out)
@@ -351,36 +355,6 @@ def check_torch_busbw(ctx: Ctx, host: str = "") -> List[Check]:
                    plain=_("The all_reduce's bus bandwidth is {percent} % of what the job's "
                            "NICs should give: NCCL may not use every NIC, or not GPUDirect "
                            "RDMA (see the NCCL checks above).").format(percent=v.percent))]
-
-
-def launch_pair(ctx: Ctx, other: str, name: str) -> Tuple[Ran, Ran, str, Optional[str]]:
-    """programs/NAME through the launch script, one half here (rank 0) and one on other (rank
-    1), as cluster/torch-allreduce starts its test. The last item: why it could not start."""
-    from ..launch import launch_script
-    from .cluster import RENDEZVOUS_PORT, _cache_path, _spread
-
-    here = ctx.here_name()
-    script = launch_script(ctx.plan)
-    test = program(name)
-    spath = _cache_path(ctx, "launch.sh", script)
-    ppath = _cache_path(ctx, name, test)
-    for path, text in ((spath, script), (ppath, test)):
-        ctx.ask(WriteOnce(path, text, user=ctx.user))
-        failed = _spread(ctx, [other], path, text.encode())
-        if failed is not None:
-            empty = Ran((), 1, "")
-            return empty, empty, failed.command, _(
-                "cannot copy the test to {host} over SSH ({error})").format(
-                host=other, error=failed.last_line())
-    env = (("HOSTS", f"{here},{other}"), ("WAIT_TRIES", "5"), ("MASTER_ADDR", here),
-           ("MASTER_PORT", RENDEZVOUS_PORT))
-    local = LaunchHalf(spath, ctx.python, ppath, env + (("NODE_RANK", "0"),), user=ctx.user)
-    remote = LaunchHalf(spath, ctx.python, ppath, env + (("NODE_RANK", "1"),), host=other,
-                        port=ctx.port, user=ctx.user)
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        r_local, r_remote = gather(ctx, [pool.submit(ctx.ask, local),
-                                         pool.submit(ctx.ask, remote)])
-    return r_local, r_remote, local.command + "  &  " + remote.command, None
 
 
 _PAIR_NEEDS = (N.BANDWIDTH, N.ACT_AS, N.TWO_HOSTS, N.A_JOB_HOST, N.A_PEER_LOGIN)

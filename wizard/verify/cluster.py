@@ -275,39 +275,31 @@ def allreduce_problem(local: Sequence[Dict[str, str]], remote: Sequence[Dict[str
     return ""
 
 
-def check_torch_allreduce(ctx: Ctx, host: str = "") -> Check:
-    """nproc processes on this host and nproc on another, through the launch script."""
+def launch_pair(ctx: Ctx, other: str, name: str, nproc: int,
+                extra_env: Sequence[Tuple[str, str]] = ()) -> Tuple[Ran, Ran, str, Optional[str]]:
+    """programs/NAME through the launch script, nproc processes here (node rank 0) and nproc
+    on other (node rank 1), at once: (this half, that half, the command both are, why they
+    could not start or None)."""
     from ..launch import launch_script
 
-    tid, title = "cluster/torch-allreduce", torch_allreduce_title(ctx)
-    pair = torch_pair(ctx)
-    assert pair is not None  # its needs: N.A_JOB_HOST, N.A_PEER_LOGIN
-    here, other = pair
-    nproc, nproc_from = torch_nproc(ctx.facts, os.environ)
-    if not nproc:
-        return _check(tid, title, None, False, detail=nproc_from,
-                      plain=_("Set NPROC_PER_NODE to the processes each instance starts."))
+    here = ctx.here_name()
     script = launch_script(ctx.plan)
-    test = program(TORCH_ALLREDUCE)
+    test = program(name)
     spath = _cache_path(ctx, "launch.sh", script)
-    ppath = _cache_path(ctx, TORCH_ALLREDUCE, test)
-    t0 = time.monotonic()
+    ppath = _cache_path(ctx, name, test)
     for path, text in ((spath, script), (ppath, test)):
         ctx.ask(WriteOnce(path, text, user=ctx.user))
         failed = _spread(ctx, [other], path, text.encode())
         if failed is not None:
-            return _skip(tid, title, _("cannot copy the test to {host} over SSH ({error}); "
-                                       "run the launch script on both instances "
-                                       "yourself").format(host=other, error=failed.last_line()),
-                         command=failed.command)
+            empty = Ran((), 1, "")
+            return empty, empty, failed.command, _(
+                "cannot copy the test to {host} over SSH ({error})").format(
+                host=other, error=failed.last_line())
     # The rendezvous (torchrun's TCP store on the first host) named on both sides: a
     # MASTER_ADDR or MASTER_PORT in verify's own environment must not reach one half only.
     # So is the count of processes: the expected lines are 2 x nproc whatever each half
     # would count by itself.
-    # NET beside NCCL's default subsystems: the lines that say whether GPUDirect RDMA is on
-    # for each HCA, and why not (the check below reads them: hpcwizard.verify.nccl_log).
-    env = (("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_SUBSYS", "INIT,BOOTSTRAP,ENV,NET"),
-           ("HOSTS", f"{here},{other}"), ("WAIT_TRIES", "5"),
+    env = (*extra_env, ("HOSTS", f"{here},{other}"), ("WAIT_TRIES", "5"),
            ("MASTER_ADDR", here), ("MASTER_PORT", RENDEZVOUS_PORT),
            ("NPROC_PER_NODE", str(nproc)))
     # The python3 that imports torch here (the same image is at the same path there): an
@@ -321,13 +313,34 @@ def check_torch_allreduce(ctx: Ctx, host: str = "") -> Check:
     with ThreadPoolExecutor(max_workers=2) as pool:
         r_local, r_remote = gather(ctx, [pool.submit(ctx.ask, local),
                                          pool.submit(ctx.ask, remote)])
+    return r_local, r_remote, local.command + "  &  " + remote.command, None
+
+
+def check_torch_allreduce(ctx: Ctx, host: str = "") -> Check:
+    """nproc processes on this host and nproc on another, through the launch script."""
+    tid, title = "cluster/torch-allreduce", torch_allreduce_title(ctx)
+    pair = torch_pair(ctx)
+    assert pair is not None  # its needs: N.A_JOB_HOST, N.A_PEER_LOGIN
+    here, other = pair
+    nproc, nproc_from = torch_nproc(ctx.facts, os.environ)
+    if not nproc:
+        return _check(tid, title, None, False, detail=nproc_from,
+                      plain=_("Set NPROC_PER_NODE to the processes each instance starts."))
+    t0 = time.monotonic()
+    # NET beside NCCL's default subsystems: the lines that say whether GPUDirect RDMA is on
+    # for each HCA, and why not (the check below reads them: hpcwizard.verify.nccl_log).
+    r_local, r_remote, command, failed = launch_pair(
+        ctx, other, TORCH_ALLREDUCE, nproc,
+        (("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_SUBSYS", "INIT,BOOTSTRAP,ENV,NET")))
+    if failed is not None:
+        return _skip(tid, title, _("{reason}; run the launch script on both instances "
+                                   "yourself").format(reason=failed), command=command)
     mine, theirs = parse_allreduce(r_local.out), parse_allreduce(r_remote.out)
     results = mine + theirs
     problem = allreduce_problem(mine, theirs, nproc) if r_local.ok and r_remote.ok else ""
     ok = r_local.ok and r_remote.ok and not problem
     both = Ran(r_local.argv, r_local.rc or r_remote.rc, r_local.out + "\n" + r_remote.out)
     backend = results[0].get("backend", "") if results else ""
-    command = local.command + "  &  " + remote.command
     ctx.allreduce = (both, backend, command)
     detail = (_("{backend}: sum {sum} on {n} ranks on 2 instances ({per} per instance), as "
                 "expected (rendezvous at {address}; per instance: {why})").format(
