@@ -11,6 +11,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, LoadingIndicator, Static
 
+from hpcwizard.detect.summary import gpudirect_text
 from hpcwizard.i18n import N_, _, ljust
 
 from .widgets import WizardScreen
@@ -35,7 +36,7 @@ def _mem(mib: Optional[int]) -> str:
 
 def facts_table(facts: Any) -> Table:
     """The facts as two columns; colour only where it means something."""
-    o, u, r, s, rd = facts.os, facts.user, facts.runtime, facts.software, facts.rdma
+    o, u, r, rd = facts.os, facts.user, facts.runtime, facts.rdma
     t = Table.grid(padding=(0, 1), expand=True)
     t.add_column(style="bold", no_wrap=True, width=10)
     t.add_column(ratio=1)
@@ -95,8 +96,10 @@ def facts_table(facts: Any) -> Table:
     memlock = _("unlimited") if rd.memlock_unlimited else (
         f"{rd.memlock_kib} KiB" if rd.memlock_kib is not None else _("unknown"))
     if facts.hcas:
-        t.add_row("", Text(f"uverbs: {', '.join(rd.uverbs) or _('none')}  memlock: {memlock}",
-                           style="dim"))
+        line = f"uverbs: {', '.join(rd.uverbs) or _('none')}  memlock: {memlock}"
+        if facts.gpus:  # GPUDirect RDMA matters where GPUs and RDMA ports meet
+            line += "  GPUDirect: " + gpudirect_text(rd)
+        t.add_row("", Text(line, style="dim"))
     t.add_row(_("Installed"), installed_text(facts))
     return t
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Iterable, List, Optional, Tuple
 
-from ..facts import Facts
+from ..facts import Facts, Rdma
 from ..vocab import DEFAULT_SSH_PORT
 from ..i18n import _, ljust, width
 from .core import NO_COMMANDS_NOTE
@@ -28,6 +28,13 @@ _GPUDIRECT = {
     "nvidia_peermem": "nvidia_peermem",
     "dmabuf": "DMA-BUF",
 }
+
+
+def gpudirect_text(rd: Rdma) -> str:
+    """How the NIC reaches GPU memory here, as NCCL would find it."""
+    if rd.gpudirect:
+        return _GPUDIRECT.get(rd.gpudirect, rd.gpudirect)
+    return _("none (no peer-memory module, no DMA-BUF)")
 
 
 def _yes_no(value: Optional[bool], yes: str = "", no: str = "", unknown: str = "") -> str:
@@ -167,8 +174,7 @@ def format_summary(facts: Facts, ssh_port: int = DEFAULT_SSH_PORT) -> str:
     out += _section("", [
         ("uverbs", ", ".join(rd.uverbs) or _("none in /dev/infiniband")),
         ("memlock", memlock),
-        ("GPUDirect", _GPUDIRECT.get(rd.gpudirect, rd.gpudirect) if rd.gpudirect else
-         _("none (no peer-memory module, no DMA-BUF)")),
+        ("GPUDirect", gpudirect_text(rd)),
     ])[1:]
 
     mpi = missing
