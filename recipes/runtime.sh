@@ -10,6 +10,8 @@
 #   hw_rt_sshd PORT                                  an sshd listening on PORT
 #   hw_rt_wait HOST TRIES [PORT]                     the name resolves (and PORT answers)
 #   hw_rt_write_hostfile FILE SLOTS NAME...          'NAME slots=SLOTS' lines
+#   hw_rt_route_dev HOST                             -> HW_RT_DEV (the route's interface)
+#   hw_rt_roce_gid HCA PORT                          -> HW_RT_GID (RoCE v2, IPv4)
 #
 # A function that fails returns non-zero with one line in HW_RT_ERROR, which the caller says
 # (the launch script's die, verify's BadInput); hw_rt_sshd and hw_rt_wait also log progress
@@ -26,8 +28,9 @@
 #   PRTE_MCA_prte_default_hostfile (Open MPI 5 / PRRTE), SLURM_JOB_NODELIST, SLURM_NODELIST
 #   (scontrol show hostnames when scontrol is installed), VC_<TASK>_HOSTS (Volcano),
 #   MASTER_ADDR (or PET_MASTER_ADDR) with PET_NNODES, or with WORLD_SIZE divided by
-#   PET_NPROC_PER_NODE or NPROC_PER_NODE (Kubeflow PyTorchJob: <job>-master-0 then
-#   <job>-worker-0..N-2; TrainJob's <job>-node-0-0.<job> as any <prefix>-0 .. <prefix>-N-1).
+#   PET_NPROC_PER_NODE (Kubeflow PyTorchJob: <job>-master-0 then <job>-worker-0..N-2;
+#   TrainJob's <job>-node-0-0.<job> as any <prefix>-0 .. <prefix>-N-1, in the first label).
+#   PET_NNODES without a master, and an elastic PET_NNODES MIN:MAX, are no source.
 # Lists (--hosts, HOSTS, each VC_<TASK>_HOSTS): items between commas or any blanks (space,
 # tab, newline); an item with [...] is a Slurm list item (node[01-03,07], rack[1-2]-n[1-2]),
 # one with {A..B} a range (job-{0..3}, n{08..11} keeps the zero padding). Ranges multiply,
@@ -406,19 +409,25 @@ _hw_rt_volcano() {
 # that is no number, such as its default auto, counts 1). TrainJob (kubeflow/trainer v2,
 # pkg/runtime/framework/plugins/torch/torch.go) sets only the PET_ ones, its master
 # <job>-node-0-0.<job>. So the master is MASTER_ADDR, else PET_MASTER_ADDR; the nodes
-# PET_NNODES, else WORLD_SIZE divided by the processes per node (PET_NPROC_PER_NODE, which
-# the operator counted WORLD_SIZE with, else NPROC_PER_NODE; auto, cpu, gpu and xpu count 1).
+# PET_NNODES, else WORLD_SIZE divided by PET_NPROC_PER_NODE, which the operator computed it
+# with (auto, cpu, gpu and xpu count 1; an operator <= 1.6 sets WORLD_SIZE to the replicas
+# and no PET_NPROC_PER_NODE). Never NPROC_PER_NODE: the launch's own setting says how many
+# processes start, not how many nodes there are. No source, as before PET_NNODES was read:
+# PET_NNODES without a master (v1.9 sets it on every PyTorchJob, one without a Master
+# replica too) and an elastic job's MIN:MAX (its rendezvous decides the members).
 _hw_rt_master_world() {
-  local master size n=1 i given missing head domain per=1 value
-  local mvar=MASTER_ADDR cvar=WORLD_SIZE pvar='' v source
+  local master size n=1 i given missing head domain per=1 value nnodes world
+  local mvar=MASTER_ADDR cvar=WORLD_SIZE pvar='' source
   _hw_rt_strip master "${MASTER_ADDR:-}"
   if [ -z "$master" ]; then
     _hw_rt_strip master "${PET_MASTER_ADDR:-}"
     if [ -n "$master" ]; then mvar=PET_MASTER_ADDR; fi
   fi
-  _hw_rt_strip size "${PET_NNODES:-}"
-  if [ -n "$size" ]; then cvar=PET_NNODES; else _hw_rt_strip size "${WORLD_SIZE:-}"; fi
-  if [ -z "$master" ] && [ -z "$size" ]; then return 0; fi
+  _hw_rt_strip nnodes "${PET_NNODES:-}"
+  _hw_rt_strip world "${WORLD_SIZE:-}"
+  if [[ $nnodes =~ ^$_HW_RT_DIGIT{1,18}:$_HW_RT_DIGIT{1,18}$ ]]; then return 0; fi
+  size=$world
+  if [ -n "$nnodes" ]; then cvar=PET_NNODES size=$nnodes; fi
   if [ -n "$size" ]; then
     if ! [[ $size =~ ^$_HW_RT_DIGIT{1,18}$ ]] || ((10#$size < 1)); then
       _hw_rt_fail "$cvar $(_hw_rt_q "$size") is not a positive number"
@@ -426,24 +435,23 @@ _hw_rt_master_world() {
     fi
     n=$((10#$size))
   fi
+  if [ -z "$master" ] && [ -z "$world" ]; then return 0; fi
   if [ -z "$master" ] || [ -z "$size" ]; then
     if [ -n "$master" ]; then
       given=$mvar missing=WORLD_SIZE
       if [ "$mvar" = PET_MASTER_ADDR ]; then missing=PET_NNODES; fi
     else
-      given=$cvar missing=MASTER_ADDR
+      given=WORLD_SIZE missing=MASTER_ADDR
     fi
     _hw_rt_fail "$given is set but $missing is not: together they name the job's hosts; set $missing too, or give the hosts with --hosts or HOSTS"
     return 1
   fi
   if [ "$cvar" = WORLD_SIZE ]; then
-    for v in PET_NPROC_PER_NODE NPROC_PER_NODE; do
-      _hw_rt_strip value "${!v:-}"
-      if [ -n "$value" ]; then pvar=$v; break; fi
-    done
+    _hw_rt_strip value "${PET_NPROC_PER_NODE:-}"
+    if [ -n "$value" ]; then pvar=PET_NPROC_PER_NODE; fi
     if [ -n "$pvar" ]; then
-      case $pvar:$value in
-        PET_NPROC_PER_NODE:auto|PET_NPROC_PER_NODE:cpu|PET_NPROC_PER_NODE:gpu|PET_NPROC_PER_NODE:xpu) ;;
+      case $value in
+        auto|cpu|gpu|xpu) ;;
         *)
           if ! [[ $value =~ ^$_HW_RT_DIGIT{1,18}$ ]] || ((10#$value < 1)); then
             _hw_rt_fail "$pvar $(_hw_rt_q "$value") is not a positive number"
@@ -466,12 +474,13 @@ _hw_rt_master_world() {
   _hw_rt_out=("$master")
   _hw_rt_checked "$mvar" || return 1
   _hw_rt_out=()
-  if [[ $master =~ ^(.*)-master-0([.].*)?$ ]]; then
+  # the first label only: a domain such as ns-master-0.svc or exp-0 is not the job's name
+  if [[ $master =~ ^([^.]*)-master-0([.].*)?$ ]]; then
     head=${BASH_REMATCH[1]} domain=${BASH_REMATCH[2]}
     _hw_rt_out=("$master")
     for ((i = 0; i < n - 1; i++)); do _hw_rt_out+=("$head-worker-$i$domain"); done
     source+=' (Kubeflow naming <job>-master-0, <job>-worker-i)'
-  elif [[ $master =~ ^(.*-)0([.].*)?$ ]]; then
+  elif [[ $master =~ ^([^.]*-)0([.].*)?$ ]]; then
     head=${BASH_REMATCH[1]} domain=${BASH_REMATCH[2]}
     for ((i = 0; i < n; i++)); do _hw_rt_out+=("$head$i$domain"); done
     source+=' (naming <prefix>-0 .. <prefix>-N-1)'
@@ -640,6 +649,41 @@ hw_rt_write_hostfile() {
   local file=$1 per_host=$2 h
   shift 2
   for h in "$@"; do printf '%s slots=%s\n' "$h" "$per_host"; done > "$file"
+}
+
+# hw_rt_route_dev HOST -> HW_RT_DEV, HW_RT_ADDR: the interface the route to HOST's address
+# leaves by ('ip -o route get'), "" when HOST does not resolve, has no route or is this
+# instance (lo); and that address.
+# What a job's TCP traffic should keep to, decided on each instance: NIC names differ between
+# instances (ens5 here, ens6 there).
+hw_rt_route_dev() {
+  HW_RT_DEV=""
+  HW_RT_ADDR=$(getent hosts "$1" 2>/dev/null | awk '{print $1; exit}') || true
+  [ -n "$HW_RT_ADDR" ] || return 0
+  HW_RT_DEV=$(ip -o route get "$HW_RT_ADDR" 2>/dev/null | sed -n 's/.* dev \([^ ]*\).*/\1/p') || true
+  if [ "$HW_RT_DEV" = lo ]; then HW_RT_DEV=""; fi
+}
+
+# hw_rt_roce_gid HCA PORT -> HW_RT_GID: the lowest GID index of HCA's PORT whose type is
+# RoCE v2 and whose GID is IPv4-mapped (::ffff:a.b.c.d), "" for none: what NCCL before 2.21
+# must be told (NCCL_IB_GID_INDEX), read on each instance (GID tables differ with their
+# addresses). The same rule as hpcwizard.detect.rdma (tests hold them equal); sysfs under
+# HW_RT_SYSFS (default /sys). An unreadable slot (EINVAL for an empty one) is no GID.
+# shellcheck disable=SC2329,SC2034  # the PyTorch launch and the tests use it, MPI's does not
+hw_rt_roce_gid() {
+  local base=${HW_RT_SYSFS:-/sys}/class/infiniband/$1/ports/$2 f i type gid best=""
+  HW_RT_GID=""
+  for f in "$base"/gids/*; do
+    i=${f##*/}
+    [[ $i =~ ^[0123456789]{1,5}$ ]] || continue
+    type=$(cat -- "$base/gid_attrs/types/$i" 2>/dev/null) || continue
+    [ "${type,,}" = "roce v2" ] || continue
+    gid=$(cat -- "$f" 2>/dev/null) || continue
+    gid=${gid,,}
+    [[ $gid == 0000:0000:0000:0000:0000:ffff:* && $gid != *:ffff:0000:0000 ]] || continue
+    if [ -z "$best" ] || [ $((10#$i)) -lt $((10#$best)) ]; then best=$i; fi
+  done
+  if [ -n "$best" ]; then HW_RT_GID=$((10#$best)); fi
 }
 
 # hw_rt_answer discover|rank ARG...: the answers of hw_rt_discover or hw_rt_rank for a

@@ -9,6 +9,7 @@ by its users ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.183.01  Sun M
 19:39:15 UTC 2024")."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,7 @@ def gdr_warnings(facts):
 
 @pytest.mark.parametrize("rel,mechanism", [
     ("sys/kernel/mm/memory_peers/nv_mem/version", "nv_mem"),
+    ("sys/kernel/mm/memory_peers/nvidia-peermem/version", "nvidia-peermem"),  # NCCL < 2.23
     ("sys/kernel/mm/memory_peers/nv_mem_nc/version", "nv_mem_nc"),
     ("sys/module/nvidia_peermem/version", "nvidia_peermem"),
 ])
@@ -142,3 +144,26 @@ def test_the_warning_reads_in_chinese_with_its_arguments_kept(tmp_path):
     finally:
         set_language("en")
     assert "535.183.01" in text and "6.5.0-41-generic" in text and "mlx5_0:1" in text
+
+
+@pytest.mark.parametrize("rel,nccl,warned", [
+    # NCCL before 2.23 looks under /sys/kernel/mm/memory_peers only (nv_mem, nvidia-peermem)
+    ("sys/module/nvidia_peermem/version", "2.20.5", True),
+    ("sys/kernel/mm/memory_peers/nv_mem_nc/version", "2.22.3", True),
+    ("sys/module/nvidia_peermem/version", "2.23.4", False),
+    ("sys/kernel/mm/memory_peers/nvidia-peermem/version", "2.20.5", False),
+    ("sys/kernel/mm/memory_peers/nv_mem/version", "2.18.1", False),
+    ("sys/module/nvidia_peermem/version", "", False),  # the NCCL is unknown: nothing claimed
+])
+def test_the_plan_says_when_this_nccl_cannot_see_the_peer_memory_module(tmp_path, rel, nccl,
+                                                                       warned):
+    f = detect(str(machine(tmp_path, files=(rel,))))
+    f = with_(f, software=dataclasses.replace(f.software, nccl_version=nccl))
+    set_language("en")
+    text = "\n".join(build_plan(f, make_choices(framework="pytorch", network="ib"),
+                                CATALOG).warnings)
+    assert ("looks for the GPUDirect RDMA peer-memory module only under" in text) == warned
+    if warned:
+        assert f"NCCL {nccl} " in text and f"found as {f.rdma.gpudirect}" in text
+    mpi = build_plan(f, make_choices(framework="mpi", network="ib"), CATALOG)
+    assert not any("peer-memory module only under" in w for w in mpi.warnings)  # no NCCL there

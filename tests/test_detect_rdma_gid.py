@@ -154,22 +154,21 @@ def test_pytorch_on_roce_gets_nccl_ib_gid_index_in_env_conf_and_launch_script():
         assert line + "\n" in script, line
     assert "UCX_IB_GID_INDEX" not in script  # NCCL's own verbs transport, not UCX
     (w,) = [w for w in p.warnings if "RoCE" in w]
-    assert "the GID index the job uses is 3" in w and "NCCL_IB_GID_INDEX for NCCL" in w
+    assert "IPv4 address is index 3 here, NCCL_IB_GID_INDEX for NCCL" in w
     assert "traffic class (NCCL_IB_TC) is left to the platform" in w
 
 
-def test_mpi_on_roce_passes_ucx_ib_gid_index_to_the_ranks():
+def test_mpi_on_roce_leaves_the_gid_to_ucx_on_each_instance():
+    """UCX's default (UCX_IB_GID_INDEX=auto) picks each port's RoCE v2 IPv4 GID on each
+    instance; one index passed to every rank with -x would be the launching instance's."""
     p = plan(hw(SYSROOTS / "rdma-roce-v2"), "mpi")
-    assert list(p.launch_env) == [("UCX_NET_DEVICES", "mlx5_0:1,mlx5_1:1"),
-                                  ("UCX_IB_GID_INDEX", "3")]
+    assert list(p.launch_env) == [("UCX_NET_DEVICES", "mlx5_0:1,mlx5_1:1")]
     assert p.mpirun_args == ("--mca", "plm_rsh_args", "-p 2222", "--mca", "pml", "ucx",
-                             "-x", "UCX_NET_DEVICES", "-x", "UCX_IB_GID_INDEX")
+                             "-x", "UCX_NET_DEVICES")
     script = launch_script(p)
-    assert "export UCX_IB_GID_INDEX='3'\n" in script
-    assert ("MPIRUN_ARGS=(--mca plm_rsh_args '-p 2222' --mca pml ucx -x UCX_NET_DEVICES "
-            "-x UCX_IB_GID_INDEX)\n") in script
-    assert "LAUNCH_ENV=()\n" in script  # both already passed with -x
-    assert "NCCL_IB_GID_INDEX" not in script
+    assert "export UCX_IB_GID_INDEX" not in script and "export NCCL_IB_GID_INDEX" not in script
+    (w,) = [w for w in p.warnings if "RoCE" in w]
+    assert "UCX picks such a GID on each port by itself (UCX_IB_GID_INDEX=auto" in w
 
 
 def test_ports_with_different_indexes_set_no_gid_index_and_say_why(tmp_path, einval):

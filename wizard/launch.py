@@ -87,8 +87,9 @@ Hosts, the first source that names any: --hosts, --hostfile, HOSTS, HOSTFILE,
   OMPI_MCA_orte_default_hostfile, OMPI_MCA_prte_default_hostfile,
   PRTE_MCA_prte_default_hostfile, SLURM_JOB_NODELIST, SLURM_NODELIST, VC_*_HOSTS,
   MASTER_ADDR (or PET_MASTER_ADDR) with PET_NNODES, or with WORLD_SIZE divided by
-  PET_NPROC_PER_NODE or NPROC_PER_NODE (Kubeflow: a PyTorchJob's WORLD_SIZE counts
-  processes, PET_NNODES nodes). Items may be patterns: job-{0..3}, node[01-03,07].
+  PET_NPROC_PER_NODE (Kubeflow: a PyTorchJob's WORLD_SIZE counts processes, PET_NNODES
+  nodes; PET_NNODES alone, or an elastic MIN:MAX, names no hosts). Items may be patterns:
+  job-{0..3}, node[01-03,07].
 Settings (environment): WAIT_TRIES (peer waits, default 10), SLOTS (ranks per host,
   default 1), NP (total ranks), NODE_RANK (this host's index; else PET_NODE_RANK),
   MASTER_ADDR (torchrun's rendezvous host; else PET_MASTER_ADDR, else the first host),
@@ -189,11 +190,10 @@ if [ "$N" -gt 1 ]; then
     IFACE=$TCP_IFACE
     log "TCP interface $IFACE, from TCP_IFACE"
   else
-    addr=$(getent hosts "${NAMES[1]}" | awk '{print $1; exit}') || true
-    IFACE=$(ip -o route get "$addr" 2>/dev/null | sed -n 's/.* dev \([^ ]*\).*/\1/p') || true
-    if [ "$IFACE" = lo ]; then IFACE=""; fi  # the name is this instance's: no network in between
+    hw_rt_route_dev "${NAMES[1]}"  # "" for lo: the name is this instance's
+    IFACE=$HW_RT_DEV
     if [ -n "$IFACE" ]; then
-      log "TCP interface $IFACE, from the route to ${NAMES[1]} ($addr)"
+      log "TCP interface $IFACE, from the route to ${NAMES[1]} ($HW_RT_ADDR)"
     else
       log "TCP interface not chosen ('ip route get' gave none for ${NAMES[1]}):" \
         "MPI tries every interface"
@@ -257,6 +257,42 @@ if [ -z "$NPROC" ]; then
   if [ "${NPROC:-0}" -lt 1 ]; then NPROC=1 NPROC_FROM="no GPU here"; fi
 fi
 if [[ $NPROC =~ ^0+$ ]]; then die "$NPROC_FROM=$NPROC: torchrun needs 1 process or more"; fi
+# The plan's interface and RoCE GID index are the planning instance's. Each instance checks
+# them against its own: a NIC named otherwise here (ens6 for ens5) gives the route's to the
+# master (or, on the master, to the next host); a GID index that is not this port's RoCE v2
+# IPv4 GID gives this instance's own.
+if [ -n "${GLOO_SOCKET_IFNAME:-}${NCCL_SOCKET_IFNAME:-}" ]; then
+  want=${GLOO_SOCKET_IFNAME:-${NCCL_SOCKET_IFNAME#=}}
+  if [ ! -e "${HW_RT_SYSFS:-/sys}/class/net/$want" ]; then
+    peer=$MASTER
+    if [ "$RANK" = 0 ] && [ "$N" -gt 1 ]; then peer=${NAMES[1]}; fi
+    hw_rt_route_dev "$peer"
+    if [ -n "$HW_RT_DEV" ]; then
+      export GLOO_SOCKET_IFNAME=$HW_RT_DEV NCCL_SOCKET_IFNAME="=$HW_RT_DEV"
+      log "socket interface $HW_RT_DEV here (the route to $peer at $HW_RT_ADDR), not the plan's $want"
+    else
+      unset GLOO_SOCKET_IFNAME NCCL_SOCKET_IFNAME
+      log "no interface $want here and no route to $peer names one: NCCL and gloo choose"
+    fi
+  fi
+fi
+if [ -n "${NCCL_IB_GID_INDEX:-}" ] && [ -n "${NCCL_IB_HCA:-}" ]; then
+  gid="" same=1
+  IFS=, read -r -a devs <<< "${NCCL_IB_HCA#=}"
+  for d in "${devs[@]}"; do
+    hw_rt_roce_gid "${d%%:*}" "${d#*:}"
+    if [ -z "$gid" ]; then gid=$HW_RT_GID; elif [ "$gid" != "$HW_RT_GID" ]; then same=0; fi
+  done
+  if [ "$same" = 1 ] && [ -n "$gid" ]; then
+    if [ "$gid" != "$NCCL_IB_GID_INDEX" ]; then
+      log "NCCL_IB_GID_INDEX $gid here (this instance's RoCE v2 IPv4 GID), not the plan's $NCCL_IB_GID_INDEX"
+      export NCCL_IB_GID_INDEX=$gid
+    fi
+  else
+    log "NCCL_IB_GID_INDEX unset: this instance's ports have no one RoCE v2 IPv4 GID index (NCCL 2.21 and later choose each port's)"
+    unset NCCL_IB_GID_INDEX
+  fi
+fi
 # 'python3 train.py': torchrun runs the script with the Python it belongs to; an explicit
 # interpreter (/opt/conda/bin/python) is honoured by running torch.distributed.run with it.
 PY=""

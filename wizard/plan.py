@@ -640,6 +640,10 @@ def build_plan(facts: Facts, choices: Choices, catalog: Catalog,
     roce = roce_gid_index(facts)[1] if choices.network == "ib" else ""
     if roce:
         warnings.append(roce)
+    unseen = unseen_peer_memory(facts) if (choices.framework, choices.network) == (
+        "pytorch", "ib") else ""
+    if unseen:
+        warnings.append(unseen)
     if choices.host_keys == "off" and peers is not None:  # (PyTorch gets no SSH settings)
         warnings.append(_("Host keys are not checked (--host-keys off): any machine answering "
                           "to '{peers}' on port {port} is trusted.").format(
@@ -699,12 +703,16 @@ def rdma_devices(facts: Facts) -> str:
 
 
 def roce_gid_index(facts: Facts) -> "tuple[Optional[int], str]":
-    """The GID index for NCCL_IB_GID_INDEX and UCX_IB_GID_INDEX when the job's ports are RoCE,
-    and a plan warning. NCCL before 2.21 (the preset PyTorch image has 2.20.5) uses GID 0
-    unless told, a RoCE v1 GID that does not cross IP subnets; the RoCE v2 GID with an IPv4
-    address does. One variable names one index for every port: when the ports' indexes
-    differ, neither is set. The traffic class (NCCL_IB_TC) is the platform's: which class its
-    switches keep lossless is not visible from here."""
+    """The GID index for NCCL_IB_GID_INDEX when the job's ports are RoCE, and a plan warning.
+    NCCL before 2.21 (the preset PyTorch image has 2.20.5) uses GID 0 unless told, a RoCE v1
+    GID that does not cross IP subnets; the RoCE v2 GID with an IPv4 address does. One
+    variable names one index for every port: when the ports' indexes differ, it is not set.
+    The index is this instance's: the launch script checks it on each instance against that
+    instance's table (hw_rt_roce_gid), which differs where the addresses do. UCX gets none:
+    its default (UCX_IB_GID_INDEX=auto, uct_ib_device_select_gid) picks the same kind of GID
+    on each port of each instance by itself, where one index pushed to every rank with -x
+    would be the launching instance's. The traffic class (NCCL_IB_TC) is the platform's:
+    which class its switches keep lossless is not visible from here."""
     ports = [p for p in job_ports(facts)[0] if p.link_layer == "Ethernet"]
     if not ports:
         return None, ""
@@ -712,24 +720,43 @@ def roce_gid_index(facts: Facts) -> "tuple[Optional[int], str]":
     names = ", ".join(p.name for p in ports)
     if len(indexes) == 1 and None not in indexes:
         index = indexes.pop()
-        return index, _("The job's RDMA ports ({ports}) are RoCE: the GID index the job uses "
-                        "is {index}, their RoCE v2 GID with an IPv4 address (NCCL_IB_GID_INDEX "
-                        "for NCCL, UCX_IB_GID_INDEX for MPI over UCX). The traffic class "
-                        "(NCCL_IB_TC) is left to the platform, whose switches decide which "
-                        "class is lossless.").format(ports=names, index=index)
+        return index, _("The job's RDMA ports ({ports}) are RoCE: their RoCE v2 GID with an "
+                        "IPv4 address is index {index} here, NCCL_IB_GID_INDEX for NCCL (the "
+                        "launch script checks it on each instance against that instance's own "
+                        "GID table); UCX picks such a GID on each port by itself "
+                        "(UCX_IB_GID_INDEX=auto, its default). The traffic class (NCCL_IB_TC) "
+                        "is left to the platform, whose switches decide which class is "
+                        "lossless.").format(ports=names, index=index)
     if indexes == {None}:
         return None, _("No RoCE v2 GID with an IPv4 address was found on the RoCE ports "
-                       "({ports}): NCCL_IB_GID_INDEX and UCX_IB_GID_INDEX are not set, and "
-                       "NCCL before 2.21 then uses GID 0 (RoCE v1), which does not cross IP "
-                       "subnets. Give their network interfaces an IPv4 address.").format(
+                       "({ports}): NCCL_IB_GID_INDEX is not set, and NCCL before 2.21 then "
+                       "uses GID 0 (RoCE v1), which does not cross IP subnets. Give their "
+                       "network interfaces an IPv4 address.").format(
             ports=names)
     each = ", ".join(f"{p.name} {p.roce_v2_ipv4_gid if p.roce_v2_ipv4_gid is not None else '-'}"
                      for p in ports)
     return None, _("The RoCE ports' RoCE v2 GIDs with an IPv4 address have different indexes "
-                   "({each}): NCCL_IB_GID_INDEX and UCX_IB_GID_INDEX take one index for all "
-                   "ports, so they are not set. NCCL 2.21 or later picks each port's itself; "
+                   "({each}): NCCL_IB_GID_INDEX takes one index for all ports, so it is not "
+                   "set. NCCL 2.21 or later picks each port's itself; "
                    "before 2.21 it uses GID 0 (RoCE v1, which does not cross IP subnets): "
                    "use ports whose GID tables agree, or a newer NCCL.").format(each=each)
+
+
+def unseen_peer_memory(facts: Facts) -> str:
+    """A plan warning when the peer-memory module found here is one the NCCL here does not
+    look for (hpcwizard.detect.rdma.PEER_MEMORY): NCCL before 2.23 then keeps GPUDirect RDMA
+    off although the module is loaded. "" when it sees it, or the NCCL is unknown."""
+    from .detect.rdma import NEW_NCCL, OLD_NCCL_SEES
+
+    found, nccl = facts.rdma.gpudirect, facts.software.nccl_version
+    if (not found or found == "dmabuf" or found in OLD_NCCL_SEES or not nccl
+            or version_tuple(nccl)[:2] >= NEW_NCCL):
+        return ""
+    return _("NCCL {version} looks for the GPUDirect RDMA peer-memory module only under "
+             "/sys/kernel/mm/memory_peers (nv_mem, nvidia-peermem); the one loaded here is "
+             "found as {found}, which NCCL 2.23 and later see and this one does not: it will "
+             "keep GPUDirect RDMA off. Use NCCL 2.23 or later (a newer PyTorch).").format(
+        version=nccl, found=found)
 
 
 def nccl_settings(facts: Facts, network: str) -> Tuple[Tuple[str, str], ...]:
@@ -759,7 +786,7 @@ def launch_settings(facts: Facts, choices: Choices) -> "tuple[Tuple[Tuple[str, s
     MPI: ssh on the chosen port; over InfiniBand '--mca pml ucx' (Debian and Ubuntu disable UCX
     in /etc/openmpi/openmpi-mca-params.conf, and elsewhere it makes a job fail instead of
     falling back to TCP unnoticed) and UCX_NET_DEVICES from the active ports, passed to the
-    ranks with -x, and on RoCE UCX_IB_GID_INDEX (roce_gid_index) the same way. PyTorch: NCCL's
+    ranks with -x (no UCX_IB_GID_INDEX on RoCE: roce_gid_index says why). PyTorch: NCCL's
     settings (NCCL_IB_HCA, NCCL_SOCKET_IFNAME, NCCL_IB_DISABLE, NCCL_IB_GID_INDEX) and
     GLOO_SOCKET_IFNAME, the same interface as NCCL's, for gloo (CPU tensors, and the gloo
     groups a job makes beside NCCL's): gloo takes a comma list of exact names, no '='.
@@ -774,10 +801,6 @@ def launch_settings(facts: Facts, choices: Choices) -> "tuple[Tuple[Tuple[str, s
             if devices:
                 env.append(("UCX_NET_DEVICES", devices))
                 args += ["-x", "UCX_NET_DEVICES"]
-            gid = roce_gid_index(facts)[0]
-            if gid is not None:
-                env.append(("UCX_IB_GID_INDEX", str(gid)))
-                args += ["-x", "UCX_IB_GID_INDEX"]
     else:
         env.extend(nccl_settings(facts, choices.network))
         iface = socket_iface(facts)

@@ -23,11 +23,17 @@ from .notes import note
 SOFTWARE_PREFIXES = {"rxe": "rdma_rxe", "siw": "siw"}
 
 # GPUDirect RDMA through a peer-memory module: the files NCCL's ncclIbGdrSupport
-# (src/transport/net_ib.cc) checks, in its order: MLNX_OFED's nv_peer_mem, its non-coherent
-# variant, and the NVIDIA driver's own nvidia-peermem.
+# (src/transport/net_ib.cc) checks. NCCL before 2.23 (the preset PyTorch image has 2.20.5)
+# looks for MLNX_OFED's nv_peer_mem and the driver's nvidia-peermem under
+# /sys/kernel/mm/memory_peers only; 2.23 and later for nv_mem, its non-coherent variant
+# nv_mem_nc and /sys/module/nvidia_peermem. Any of them found here is named (the first, in
+# this order); the plan says when the NCCL here cannot see the one found (OLD_NCCL_SEES).
 PEER_MEMORY = (("nv_mem", "sys/kernel/mm/memory_peers/nv_mem/version"),
+               ("nvidia-peermem", "sys/kernel/mm/memory_peers/nvidia-peermem/version"),
                ("nv_mem_nc", "sys/kernel/mm/memory_peers/nv_mem_nc/version"),
                ("nvidia_peermem", "sys/module/nvidia_peermem/version"))
+OLD_NCCL_SEES = ("nv_mem", "nvidia-peermem")
+NEW_NCCL = (2, 23)
 # DMA-BUF instead: the kernel registers DMA-BUF memory with the NIC from Linux 5.12
 # (ibv_reg_dmabuf_mr; NCCL probes it with a dummy call), and CUDA exports GPU memory as
 # DMA-BUF from CUDA 11.7 (driver 515) with the open kernel module only (NCCL checks

@@ -24,8 +24,9 @@ LABEL = 14  # label column width
 # What Rdma.gpudirect names, as NCCL finds it (wizard/detect/rdma.py).
 _GPUDIRECT = {
     "nv_mem": "nv_peer_mem (/sys/kernel/mm/memory_peers/nv_mem)",
+    "nvidia-peermem": "nvidia-peermem (/sys/kernel/mm/memory_peers/nvidia-peermem)",
     "nv_mem_nc": "nv_peer_mem (/sys/kernel/mm/memory_peers/nv_mem_nc)",
-    "nvidia_peermem": "nvidia_peermem",
+    "nvidia_peermem": "nvidia_peermem (/sys/module/nvidia_peermem)",
     "dmabuf": "DMA-BUF",
 }
 
