@@ -236,6 +236,33 @@ def test_nproc_per_node_before_pet_nproc_per_node(tmp_path):
     assert "--nproc-per-node 2 (NPROC_PER_NODE)" in r.stderr
 
 
+def test_nproc_per_node_starts_processes_and_leaves_the_node_count(tmp_path):
+    """WORLD_SIZE of 2 without PET_NPROC_PER_NODE (an operator <= 1.6: the replicas) is 2
+    nodes; the launch's own NPROC_PER_NODE=2 is the processes on each, never a divisor."""
+    names = ["bert-master-0", "bert-worker-0"]
+    r, call = _torchrun(tmp_path, "bert-worker-0", names, {
+        "MASTER_ADDR": "bert-master-0", "WORLD_SIZE": "2", "RANK": "1", "NPROC_PER_NODE": "2"})
+    assert r.returncode == 0, r.stderr
+    assert "hosts from MASTER_ADDR and WORLD_SIZE (Kubeflow naming" in r.stderr
+    assert "torchrun --nnodes=2 --node-rank=1 --nproc-per-node=2 " in call
+
+
+@pytest.mark.parametrize("env", [
+    {"PET_NNODES": "1:4", "PET_RDZV_BACKEND": "c10d", "PET_RDZV_ENDPOINT": "job-worker-0:23456",
+     "PET_NPROC_PER_NODE": "auto"},
+    {"PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_NPROC_PER_NODE": "auto"}],
+    ids=["elastic", "workers only"])
+def test_a_pytorchjob_that_names_no_hosts_asks_for_them(tmp_path, env):
+    """training-operator v1.9's elastic job (PET_NNODES MIN:MAX) and its job of workers
+    only (PET_NNODES, no master) name no hosts: the launch asks for them, as it did before
+    it read PET_NNODES, instead of refusing PET_NNODES."""
+    r, call = _torchrun(tmp_path, "job-worker-1", ["job-worker-1"], env)
+    assert r.returncode == 2 and not call
+    lines = r.stderr.strip().splitlines()
+    assert lines[-1].endswith("no hosts: give --hosts a,b,c or --hostfile FILE (see --help)")
+    assert "PET_NNODES" not in r.stderr
+
+
 @pytest.mark.parametrize("var,value", [("PET_NPROC_PER_NODE", "four"),
                                        ("PET_NPROC_PER_NODE", "a[$(touch {pwned})]"),
                                        ("PET_NPROC_PER_NODE", "0"), ("NPROC_PER_NODE", "0"),

@@ -134,6 +134,81 @@ def test_torch_nproc_says_where_the_count_came_from():
     f = facts(user=ROOT)
     assert torch_nproc(f, {}) == (1, "no GPU here, 1")
     assert torch_nproc(f, {"NPROC_PER_NODE": " 3 "}) == (3, "NPROC_PER_NODE")
-    assert torch_nproc(f, {"PET_NPROC_PER_NODE": "gpu"}) == (1, "no GPU here, 1")
     n, why = torch_nproc(f, {"PET_NPROC_PER_NODE": "lots"})
     assert n == 0 and why.startswith("PET_NPROC_PER_NODE='lots' is not a number")
+
+
+# torchrun's words, as torch.distributed.run's determine_local_world_size counts them, with
+# the launch script's rule: a word in PET_NPROC_PER_NODE goes to torchrun as it is, one in
+# NPROC_PER_NODE (hpcwizard's own count) is refused by the launch (tests/test_launch.py)
+@pytest.mark.parametrize("word,gpus,cpus,want", [
+    ("auto", 4, 8, (4, "the GPUs here")),
+    ("gpu", 2, 8, (2, "the GPUs here")),
+    ("auto", 0, 8, (2, "PET_NPROC_PER_NODE=auto: 2 of the 8 CPUs here (torchrun starts one "
+                       "per CPU)")),
+    ("cpu", 4, 8, (2, "PET_NPROC_PER_NODE=cpu: 2 of the 8 CPUs here (torchrun starts one "
+                      "per CPU)")),
+    ("cpu", 0, 1, (1, "PET_NPROC_PER_NODE=cpu: 1 of the 1 CPUs here (torchrun starts one "
+                      "per CPU)")),
+    ("xpu", 0, 8, (1, "PET_NPROC_PER_NODE=xpu: 1, verify does not count XPUs")),
+])
+def test_torchruns_words_count_as_torchrun_counts_them(word, gpus, cpus, want):
+    f = dataclasses.replace(facts(user=ROOT), cpus=cpus,
+                            gpus=tuple(Gpu(i, "H100") for i in range(gpus)))
+    assert torch_nproc(f, {"PET_NPROC_PER_NODE": word}) == want
+
+
+def test_gpu_without_a_gpu_fails_as_torchrun_would(monkeypatch):
+    ar, system = _verify(monkeypatch, [("PET_NPROC_PER_NODE", "gpu")], gpus=0)
+    assert ar.status == FAIL
+    assert ar.detail == "PET_NPROC_PER_NODE=gpu, and no GPU here: torchrun refuses it without CUDA"
+    assert not system.asked(P.LaunchHalf)
+
+
+def test_auto_on_a_cpu_instance_runs_several_processes_on_each_half(monkeypatch):
+    ar, system = _verify(monkeypatch, [("PET_NPROC_PER_NODE", "auto")], gpus=0)
+    assert ar.status == PASS and "on 4 ranks on 2 instances (2 per instance)" in ar.detail
+    for half in system.asked(P.LaunchHalf):
+        assert dict(half.extra_env)["NPROC_PER_NODE"] == "2"
+
+
+@pytest.mark.parametrize("word", ["auto", "cpu", "gpu", "xpu"])
+def test_a_word_in_nproc_per_node_is_refused_as_the_launch_refuses_it(word):
+    n, why = torch_nproc(facts(user=ROOT), {"NPROC_PER_NODE": word})
+    assert n == 0 and why.startswith(f"NPROC_PER_NODE='{word}' is not a number of processes")
+
+
+# --- the rendezvous: static on both halves, whatever elastic job verify runs in (issue 17) ---
+
+ELASTIC = {"PET_RDZV_BACKEND": "c10d", "PET_RDZV_ENDPOINT": "job-worker-0:23456",
+           "PET_RDZV_ID": "job", "PET_RDZV_CONF": "join_timeout=900", "PET_STANDALONE": "1",
+           "PET_NNODES": "1:4"}
+
+
+def test_both_halves_get_a_static_rendezvous_at_the_master(monkeypatch):
+    """torchrun takes PET_<OPTION> as its defaults: verify's own PET_RDZV_* (an elastic
+    PyTorchJob's) would reach the local half only, which would look for another rendezvous
+    than the remote half. Both are told the static one, at MASTER_ADDR:MASTER_PORT."""
+    ar, system = _verify(monkeypatch, list(ELASTIC.items()))
+    assert ar.status == PASS, ar.detail
+    local, remote = system.asked(P.LaunchHalf)
+    for env in ({**os.environ, **dict(local.extra_env)}, dict(remote.extra_env)):
+        assert env["PET_RDZV_BACKEND"] == "static" and env["PET_RDZV_ENDPOINT"] == ""
+        assert env["PET_RDZV_ID"] == "none" and env["PET_RDZV_CONF"] == ""
+        assert env["PET_STANDALONE"] == "0"
+        assert env["MASTER_ADDR"] == "node1" and env["MASTER_PORT"] == "29500"
+
+
+def test_the_static_rendezvous_is_what_torchrun_reads(monkeypatch):
+    """The values said to both halves, read by torchrun's own parser with the elastic job's
+    PET_* around it: static, at the master the launch script names."""
+    run = pytest.importorskip("torch.distributed.run", reason="torch is not installed here")
+    from hpcwizard.verify.cluster import STATIC_RENDEZVOUS
+    for k, v in (*ELASTIC.items(), *STATIC_RENDEZVOUS):
+        monkeypatch.setenv(k, v)
+    args = run.get_args_parser().parse_args(
+        ["--nnodes=2", "--node-rank=0", "--nproc-per-node=2", "--master-addr=node1",
+         "--master-port=29500", "--no-python", "true"])
+    assert args.rdzv_backend == "static" and not args.standalone
+    assert run.get_rdzv_endpoint(args) == "node1:29500"
+    assert args.rdzv_id == "none" and args.rdzv_conf == ""

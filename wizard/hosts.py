@@ -15,9 +15,11 @@ range counting down (`n{3..1}`) is refused. The environment, the first one set:
    Volcano's `VC_<TASK>_HOSTS` (lists like HOSTS; the tasks MASTER, LAUNCHER and MPIMASTER
    first, then the others, each group by task name in byte order: node ranks follow it),
    `MASTER_ADDR` (or `PET_MASTER_ADDR`) with `PET_NNODES`, else with `WORLD_SIZE` divided
-   by `PET_NPROC_PER_NODE` or `NPROC_PER_NODE` (a Kubeflow PyTorchJob's WORLD_SIZE counts
-   processes; its naming: `<job>-master-0` then `<job>-worker-0..N-2`; or `<prefix>-0` then
-   `<prefix>-1..N-1`, as TrainJob's `<job>-node-0-0.<job>`).
+   by `PET_NPROC_PER_NODE` (a Kubeflow PyTorchJob's WORLD_SIZE counts processes; its
+   naming: `<job>-master-0` then `<job>-worker-0..N-2`; or `<prefix>-0` then
+   `<prefix>-1..N-1`, as TrainJob's `<job>-node-0-0.<job>`; the pattern is read in the first
+   label only). No source: `PET_NNODES` without a master (training-operator v1.9 sets it on
+   every PyTorchJob) and an elastic `PET_NNODES` MIN:MAX (its rendezvous decides the hosts).
 
 The result says which source was used. Every name is checked with validate.host_name, so a
 name never reaches shell text unchecked. A platform variable that is set but cannot be read
@@ -313,49 +315,57 @@ def _volcano(env: Mapping[str, str]) -> Optional[Hosts]:
 # torchrun's words for "as many as there are": the operator counts a node of them as one
 # process in WORLD_SIZE (training-operator v1.9 getNprocPerNodeInt)
 _NPROC_WORDS = ("auto", "cpu", "gpu", "xpu")
+# torchrun's MIN:MAX nodes: an elastic job's, whose members its rendezvous decides
+_ELASTIC = re.compile(r"[0-9]{1,18}:[0-9]{1,18}")
 
 
 def _per_node(env: Mapping[str, str]) -> Tuple[str, int]:
-    """(the variable, the processes per node) WORLD_SIZE is divided by: PET_NPROC_PER_NODE
-    (what the operator counted it with), else NPROC_PER_NODE; ('', 1) when neither is set."""
-    for var in ("PET_NPROC_PER_NODE", "NPROC_PER_NODE"):
-        value = env.get(var, "").strip()
-        if not value:
-            continue
-        if var == "PET_NPROC_PER_NODE" and value in _NPROC_WORDS:
-            return var, 1
-        got = ascii_int(value)
-        if got is None or got < 1:
-            raise BadInput(_("{var} {value!r} is not a positive number").format(
-                var=var, value=_short(value)))
-        return var, got
-    return "", 1
+    """(the variable, the processes per node) WORLD_SIZE is divided by: PET_NPROC_PER_NODE,
+    what the operator computed it with; ('', 1) when it is not set (an operator <= 1.6 sets
+    WORLD_SIZE to the replicas and no PET_NPROC_PER_NODE). Never NPROC_PER_NODE: that is
+    the launch script's own setting, which says how many processes start, not how many
+    nodes the job has."""
+    var = "PET_NPROC_PER_NODE"
+    value = env.get(var, "").strip()
+    if not value:
+        return "", 1
+    if value in _NPROC_WORDS:
+        return var, 1
+    got = ascii_int(value)
+    if got is None or got < 1:
+        raise BadInput(_("{var} {value!r} is not a positive number").format(
+            var=var, value=_short(value)))
+    return var, got
 
 
 def _master_world(env: Mapping[str, str]) -> Optional[Hosts]:
     """A master's name with a count of nodes (recipes/runtime.sh _hw_rt_master_world says
     which platform sets which): the master MASTER_ADDR, else PET_MASTER_ADDR; the nodes
-    PET_NNODES, else WORLD_SIZE divided by the processes per node (a PyTorchJob's WORLD_SIZE
-    is replicas x nprocPerNode)."""
+    PET_NNODES, else WORLD_SIZE divided by PET_NPROC_PER_NODE (a PyTorchJob's WORLD_SIZE
+    is replicas x nprocPerNode). None for an elastic PET_NNODES and for PET_NNODES without
+    a master, as when PET_NNODES was not read: neither names a host."""
     mvar, master = "MASTER_ADDR", env.get("MASTER_ADDR", "").strip()
     if not master:
         mvar, master = "PET_MASTER_ADDR", env.get("PET_MASTER_ADDR", "").strip()
         mvar = mvar if master else "MASTER_ADDR"
-    cvar, size = "PET_NNODES", env.get("PET_NNODES", "").strip()
-    if not size:
-        cvar, size = "WORLD_SIZE", env.get("WORLD_SIZE", "").strip()
-    if not master and not size:
-        return None
+    nnodes, world = env.get("PET_NNODES", "").strip(), env.get("WORLD_SIZE", "").strip()
+    if _ELASTIC.fullmatch(nnodes):
+        return None  # elastic: the rendezvous decides the members, no name says them
+    cvar, size = ("PET_NNODES", nnodes) if nnodes else ("WORLD_SIZE", world)
     got = ascii_int(size) if size else 1
     if got is None or got < 1:
         raise BadInput(_("{var} {value!r} is not a positive number").format(
             var=cvar, value=_short(size)))
     n = got
+    if not master and not world:
+        # PET_NNODES alone: training-operator v1.9 sets it on every PyTorchJob, one without
+        # a Master replica too, which names no host
+        return None
     if not master or not size:  # half of the pair: the hosts cannot be told
         if master:
             given, missing = mvar, "PET_NNODES" if mvar == "PET_MASTER_ADDR" else "WORLD_SIZE"
         else:
-            given, missing = cvar, "MASTER_ADDR"
+            given, missing = "WORLD_SIZE", "MASTER_ADDR"
         raise BadInput(_("{given} is set but {missing} is not: together they name the job's "
                          "hosts; set {missing} too, or give the hosts with --hosts or "
                          "HOSTS").format(given=given, missing=missing))
@@ -374,12 +384,13 @@ def _master_world(env: Mapping[str, str]) -> Optional[Hosts]:
         host_name(master)
     except BadInput as exc:
         raise BadInput(_("{source}: {error}").format(source=mvar, error=exc)) from None
-    m = re.fullmatch(r"(.*)-master-0(\..*)?", master)
+    # the first label only: a domain such as ns-master-0.svc or exp-0 is not the job's name
+    m = re.fullmatch(r"([^.]*)-master-0(\..*)?", master)
     if m:
         head, domain = m.group(1), m.group(2) or ""
         names = [master] + [f"{head}-worker-{i}{domain}" for i in range(n - 1)]
         return _checked(names, source + " (Kubeflow naming <job>-master-0, <job>-worker-i)")
-    m = re.fullmatch(r"(.*-)0(\..*)?", master)
+    m = re.fullmatch(r"([^.]*-)0(\..*)?", master)
     if m:
         names = [f"{m.group(1)}{i}{m.group(2) or ''}" for i in range(n)]
         return _checked(names, source + " (naming <prefix>-0 .. <prefix>-N-1)")
@@ -392,7 +403,8 @@ def _master_world(env: Mapping[str, str]) -> Optional[Hosts]:
 
 def from_environment(env: Mapping[str, str]) -> Optional[Hosts]:
     """The hosts the platform's environment names; None only when none of its variables is
-    set (or all are empty). The first one set decides: when it cannot be read, BadInput
+    set (or all are empty; PET_NNODES without a master, or elastic, names none either: see
+    _master_world). The first one set decides: when it cannot be read, BadInput
     naming it (never "no hosts", which would verify this instance only)."""
     def value(var: str) -> str:
         return env.get(var, "").strip()

@@ -34,6 +34,13 @@ from .shipped import MPI_ALLREDUCE, TORCH_ALLREDUCE, program
 from .spec import Spec
 
 RENDEZVOUS_PORT = "29500"  # torchrun's MASTER_PORT in the launch script, when none is set
+# torchrun takes PET_<OPTION> as its options' defaults: an elastic job's rendezvous in
+# verify's own environment would reach the local half only. Said to both: static, at
+# MASTER_ADDR:MASTER_PORT (torch.distributed.run get_rdzv_endpoint: an empty endpoint with
+# static is the master's), the default id and conf, and no standalone (check_env reads it
+# with int(), so "0", not "").
+STATIC_RENDEZVOUS = (("PET_RDZV_BACKEND", "static"), ("PET_RDZV_ENDPOINT", ""),
+                     ("PET_RDZV_ID", "none"), ("PET_RDZV_CONF", ""), ("PET_STANDALONE", "0"))
 
 
 def _hostfile(names: Sequence[str]) -> str:
@@ -219,20 +226,31 @@ def torch_allreduce_title(ctx: Ctx, host: str = "") -> str:
     return _("torch.distributed all_reduce across two instances")
 
 
+# torchrun's --nproc-per-node words (torch.distributed.run determine_local_world_size):
+# gpu refuses to start without CUDA, cpu starts one per CPU, auto the accelerators else as cpu
+_CPU_SAMPLE = 2
+
+
 def torch_nproc(facts: Facts, env: Mapping[str, str]) -> Tuple[int, str]:
     """(the processes per instance verify's all-reduce starts, where that count came from),
-    as the launch script counts them: NPROC_PER_NODE, else Kubeflow's PET_NPROC_PER_NODE
-    when it is a number, else the GPUs (the facts': the launch counts them with nvidia-smi
-    when it runs), at least 1. Told through the environment, the launch script's own
-    variable, so verify run where the job runs checks the job's count; given to both halves
-    outright, since the remote one, over SSH, sees none of this environment. torchrun's
-    words (PET_NPROC_PER_NODE=auto, a PyTorchJob's default) take the GPUs here: on a CPU
-    instance torchrun's auto starts a process per CPU, which verify does not mirror. None
-    of these as a count: (0, the refusal)."""
+    by the launch script's rule: NPROC_PER_NODE, a number (the launch script refuses a word
+    there: it is hpcwizard's own count); else Kubeflow's PET_NPROC_PER_NODE, a number or
+    one of torchrun's words, which the launch passes to torchrun as they are; else the GPUs
+    (the facts': the launch counts them with nvidia-smi when it runs), at least 1. The
+    words as torchrun counts them: auto and gpu the GPUs here; gpu with none is refused, as
+    torchrun refuses it. cpu, and auto with no GPU, start one process per CPU in torchrun:
+    verify starts 2 (fewer CPUs: 1 each), which proves what a per-CPU count needs (several
+    local ranks on each instance, a world of 2 x N) without a Python with torch per core on
+    both instances. xpu: 1, verify does not count XPUs. Told through the environment, so
+    verify run where the job runs checks the job's count; given to both halves outright,
+    since the remote one, over SSH, sees none of this environment. None of these as a
+    count: (0, the refusal)."""
     for var in ("NPROC_PER_NODE", "PET_NPROC_PER_NODE"):
         value = env.get(var, "").strip()
-        if not value or (var == "PET_NPROC_PER_NODE" and value in ("auto", "cpu", "gpu", "xpu")):
+        if not value:
             continue
+        if var == "PET_NPROC_PER_NODE" and value in ("auto", "cpu", "gpu", "xpu"):
+            return _nproc_word(facts, var, value)
         n = ascii_int(value)
         if n is None or not 1 <= n <= 999999:
             return 0, _("{var}={value!r} is not a number of processes (1 or more): the launch "
@@ -240,6 +258,21 @@ def torch_nproc(facts: Facts, env: Mapping[str, str]) -> Tuple[int, str]:
         return n, var
     gpus = len(facts.gpus)
     return (gpus, _("the GPUs here")) if gpus else (1, _("no GPU here, 1"))
+
+
+def _nproc_word(facts: Facts, var: str, word: str) -> Tuple[int, str]:
+    gpus = len(facts.gpus)
+    if word in ("auto", "gpu") and gpus:
+        return gpus, _("the GPUs here")
+    if word == "gpu":
+        return 0, _("{var}=gpu, and no GPU here: torchrun refuses it without CUDA").format(
+            var=var)
+    if word == "xpu":
+        return 1, _("{var}=xpu: 1, verify does not count XPUs").format(var=var)
+    cpus = facts.cpus or 1
+    n = min(_CPU_SAMPLE, cpus)
+    return n, _("{var}={word}: {n} of the {cpus} CPUs here (torchrun starts one per "
+                "CPU)").format(var=var, word=word, n=n, cpus=cpus)
 
 
 def allreduce_problem(local: Sequence[Dict[str, str]], remote: Sequence[Dict[str, str]],
@@ -301,7 +334,7 @@ def launch_pair(ctx: Ctx, other: str, name: str, nproc: int,
     # would count by itself.
     env = (*extra_env, ("HOSTS", f"{here},{other}"), ("WAIT_TRIES", "5"),
            ("MASTER_ADDR", here), ("MASTER_PORT", RENDEZVOUS_PORT),
-           ("NPROC_PER_NODE", str(nproc)))
+           ("NPROC_PER_NODE", str(nproc)), *STATIC_RENDEZVOUS)
     # The python3 that imports torch here (the same image is at the same path there): an
     # SSH command's PATH often lacks a conda or pyenv interpreter.
     # Each half's rank said outright: a NODE_RANK in verify's environment (the platform's
@@ -371,6 +404,10 @@ def check_nccl_transport(ctx: Ctx, host: str = "") -> Check:
     title = nccl_transport_title(ctx)
     if found.net != "ib":
         return Check("cluster/nccl-transport", title, FAIL, command,
+                     # one instance without /dev/infiniband: the others' IB is no pass
+                     _("NCCL fell back to sockets (TCP) on {hosts}, IB on {others}").format(
+                         hosts=", ".join(found.socket_hosts), others=", ".join(found.ib_hosts))
+                     if found.socket_hosts and found.ib_hosts else
                      _("NCCL fell back to sockets (TCP)") if found.net == "socket"
                      else _("the NCCL log does not say"),
                      _("NCCL between instances does not use InfiniBand: the job runs, but "
