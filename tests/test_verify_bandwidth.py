@@ -3,6 +3,7 @@ against the interface's speed, the all_reduce's bus bandwidth against the NICs; 
 arithmetic at its boundaries; the parsers on real published ib_write_bw outputs; and that
 without the flag the checks are no part of the report."""
 import dataclasses
+import socket
 import subprocess
 import sys
 import threading
@@ -67,6 +68,35 @@ def test_ib_write_bw_parser_units_sizes_and_no_result():
     assert parse_ib_write_bw(sweep.splitlines()[0]) is None  # a header, no row
 
 
+def test_a_figure_that_is_not_finite_is_no_figure():
+    """perftest prints 'nan' for a run that took no time; an 'inf' from a sender whose
+    receiver measured no time. Neither has a share of a line rate: no figure (None)."""
+    header = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n"
+    for cell in ("nan", "-nan", "inf"):
+        assert parse_ib_write_bw(header + f" 1048576    5000    0.00    {cell}    0.0\n") is None
+    mixed = header + " 1048576 5000 0.0 nan 0.0\n 1048576 5000 97.0 97.0 0.01\n"
+    assert parse_ib_write_bw(mixed) is None  # the average of the size is not a figure
+    for gbps in ("inf", "nan", "-inf", "1e999"):
+        assert parse_tcp_bw(f"HPCWIZARD-TCPBW bytes=1 seconds=0 gbps={gbps}\n") is None
+    assert "busbw" not in parse_busbw("HPCWIZARD-BUSBW size=2 backend=nccl busbw=nan\n")
+    assert parse_busbw("HPCWIZARD-BUSBW size=2 backend=nccl busbw=inf\n")["size"] == "2"
+
+
+def test_a_nan_from_ib_write_bw_fails_the_pair_without_a_crash():
+    header = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n"
+    nan = header + " 1048576    5000    nan    nan    nan\n"
+    _, checks, _ = run({"node1": "ok", "node2": "ok"}, network="ib",
+                       answers={P.IbWriteBwClient: (0, nan)})
+    c = checks["cluster/ib-write-bw/node2/mlx5_0:1"]
+    assert c.status == FAIL and "did not complete" in c.explain
+
+
+def test_an_inf_from_the_tcp_sender_fails_the_pair_without_a_crash():
+    inf = {P.TcpBwSender: (0, "HPCWIZARD-TCPBW bytes=1 seconds=0.000000 gbps=inf\n")}
+    _, checks, _ = run({"node1": "ok", "node2": "ok"}, answers=inf)
+    assert checks["cluster/tcp-bandwidth/node2"].status == FAIL
+
+
 def test_the_other_parsers():
     assert parse_tcp_listen("HPCWIZARD-TCPBW-LISTEN port=40001 token=ab\n") == {
         "port": "40001", "token": "ab"}
@@ -89,6 +119,30 @@ def test_ib_verdict_at_90_percent(gbps, ok, percent):
     assert line.endswith("≥ 90 %: healthy" if ok else "< 90 %: below the line rate")
 
 
+@pytest.mark.parametrize("rate,gbps,ok,reference", [
+    (40.0, 30.5, True, "32 Gb/s (40 Gb/s, 8b/10b)"),   # a healthy QDR port: 95 % of its data
+    (40.0, 28.7, False, "32 Gb/s (40 Gb/s, 8b/10b)"),  # 89 %
+    (20.0, 15.0, True, "16 Gb/s (20 Gb/s, 8b/10b)"),   # DDR
+    (10.0, 7.9, True, "8 Gb/s (10 Gb/s, 8b/10b)"),     # SDR 4X (or QDR 1X)
+    (56.0, 51.0, True, "56 Gb/s"),                     # FDR: 64b/66b, not scaled
+    (25.0, 22.0, False, "25 Gb/s"),                    # EDR 1X: 64b/66b, not scaled
+])
+def test_ib_verdict_holds_8b10b_rates_to_their_data_rate(rate, gbps, ok, reference):
+    v = BW.ib_verdict(gbps, rate)
+    assert v.ok == ok
+    assert v.line("a → b").startswith(f"a → b: {gbps:.1f} Gb/s of {reference} ({v.percent} %)")
+
+
+def test_roce_speeds_are_data_rates_already():
+    v = BW.ib_verdict(30.0, 40.0, "Ethernet")  # 40GbE RoCE: 75 % of 40, no 8b/10b
+    assert not v.ok and "8b/10b" not in v.line("x") and v.reference == 40.0
+
+
+def test_a_figure_that_is_not_finite_has_no_share_and_no_crash():
+    assert BW.Verdict(float("nan"), "Gb/s", 200.0, 90).percent is None
+    assert BW.Verdict(float("inf"), "Gb/s", 200.0, 90).line("x").startswith("x: inf Gb/s")
+
+
 def test_tcp_verdict_at_70_percent_and_without_a_speed():
     link = BW.Link("eth0", 10000)
     assert BW.tcp_verdict(7.0, link).ok and not BW.tcp_verdict(6.99, link).ok
@@ -98,6 +152,23 @@ def test_tcp_verdict_at_70_percent_and_without_a_speed():
     veth = BW.tcp_verdict(3.2, BW.Link("eth0", None, "eth0 is a virtual interface"))
     assert veth.ok and veth.line("a → b over TCP") == (
         "a → b over TCP: 3.2 Gb/s; no line rate to compare (eth0 is a virtual interface)")
+
+
+def test_nics_used_are_the_fewer_of_nics_and_processes():
+    hdr = Port("mlx5_0", 1, "ACTIVE", rate_gbps=200.0)
+    eight = [dataclasses.replace(hdr, hca=f"mlx5_{i}") for i in range(8)]
+    assert BW.expected_busbw(eight, 1) == pytest.approx(24.0)
+    assert BW.expected_busbw(eight, 4) == pytest.approx(96.0)
+    assert BW.expected_busbw(eight, 16) == pytest.approx(192.0)  # no more NICs than there are
+    assert BW.expected_busbw(eight) == pytest.approx(192.0)  # no count: every NIC
+    # different rates: held to the slowest NICs, whichever NCCL picked
+    ndr = Port("mlx5_9", 1, "ACTIVE", rate_gbps=400.0)
+    assert BW.expected_busbw([ndr, hdr], 1) == pytest.approx(24.0)
+    v = BW.busbw_verdict(23.0, True, eight, None, 1)
+    assert v.ok and v.line("x") == ("x: 23.0 GB/s of 24 GB/s (1 of 8 NICs: one per process, "
+                                    "1 per instance) (95 %) ≥ 90 %: healthy")
+    assert not BW.busbw_verdict(23.0, True, eight, None, 2).ok  # two NICs: 48 GB/s
+    assert "NICs" not in BW.busbw_verdict(190.0, True, eight, None, 8).line("x")
 
 
 def test_expected_bus_bandwidth_per_nic():
@@ -130,6 +201,11 @@ def test_tcp_pairs_this_instance_with_each_other_one():
     assert [p.host for p in sys_.asked(P.TcpBwReceiver)] == ["node2", "node3"]
     send = sys_.asked(P.TcpBwSender)[0]
     assert (send.address, send.tcp_port, send.token) == ("10.0.0.2", 40001, FakeSystem.TOKEN)
+    assert (send.mib, send.seconds) == (BW.TCP_MIB, BW.TCP_SECONDS)
+    assert send.argv()[-2:] == ("512", "10")
+    # the receiver listens on the address the sender connects to, and on it only
+    assert sys_.asked(P.TcpBwReceiver)[0].address == "10.0.0.2"
+    assert sys_.asked(P.TcpBwReceiver)[0].argv()[-1].endswith("- --receive 10.0.0.2")
     assert sys_.asked(P.LinkSpeed)[0].iface == "eth0"
 
 
@@ -157,6 +233,34 @@ def test_tcp_receiver_that_prints_no_valid_token_is_a_failure_not_a_send():
     _, checks, sys_ = run({"node1": "ok", "node2": "ok"}, answers=bad)
     assert checks["cluster/tcp-bandwidth/node2"].status == FAIL
     assert not sys_.asked(P.TcpBwSender)
+
+
+def test_a_peer_without_an_address_is_a_failure_before_anything_runs_there():
+    """The receiver binds the address the sender will use: a name that did not resolve
+    (verify's peer checks stop before this; the pair refuses it on its own) never reaches
+    the peer's shell."""
+    from types import SimpleNamespace
+
+    sys_ = FakeSystem({"node1": "ok", "node2": "ok"}, {P.RouteTo: ROUTE})
+    ctx = SimpleNamespace(addresses={"node2": ""}, ask=sys_.ask, port=2222, user="",
+                          python="python3")
+    c = BW.tcp_pair(ctx, "node1", "node2")
+    assert c.status == FAIL and c.detail == "no IP address for node2 here"
+    assert c.command == "getent hosts node2"
+    assert not sys_.asked(P.TcpBwReceiver) and not sys_.asked(P.TcpBwSender)
+
+
+def test_a_receiver_that_cannot_listen_on_the_address_says_why():
+    """What the real program prints when the peer has not got the address its name resolves
+    to here (tests below: it refuses a name outright)."""
+    r = subprocess.run([sys.executable, "-", "--receive", "192.0.2.1"],  # TEST-NET-1: not ours
+                       input=program("tcp_bw.py"), text=True, capture_output=True, timeout=30)
+    assert r.returncode == 2 and "cannot listen on 192.0.2.1" in r.stdout
+    _, checks, sys_ = run({"node1": "ok", "node2": "ok"},
+                          answers={P.TcpBwReceiver: (2, r.stdout)})
+    c = checks["cluster/tcp-bandwidth/node2"]
+    assert c.status == FAIL and "cannot listen on 192.0.2.1" in c.detail
+    assert "node2 has no address 10.0.0.2" in c.explain and not sys_.asked(P.TcpBwSender)
 
 
 def test_a_peer_without_a_login_is_not_measured():
@@ -240,25 +344,49 @@ def test_busbw_over_gloo_is_reported_over_tcp():
     assert sorted(p.host for p in halves) == ["", "node2"]
 
 
-def test_busbw_over_ib_against_the_nics():
-    def nccl(busbw):
-        def half(busbw_program, here):
-            return lambda p: (isinstance(p, P.LaunchHalf) and (not p.host) == here
-                              and p.program.endswith("busbw.py") == busbw_program)
+def allreduce_lines(node, nproc, backend):
+    """What the all-reduce program prints on one instance of two, nproc ranks on each."""
+    world = 2 * nproc
+    total = world * (world + 1) // 2
+    return "".join(f"HPCWIZARD-ALLREDUCE rank={r} size={world} backend={backend} sum={total} "
+                   f"expected={total} local={r - node * nproc} node={node}\n"
+                   for r in range(node * nproc, (node + 1) * nproc))
 
-        return {half(True, True): (0, FakeSystem.busbw_line(busbw, "nccl", 4)),
-                half(True, False): (0, ""),
-                half(False, True): (0, FakeSystem.allreduce_line(0, "nccl")),
-                half(False, False): (0, FakeSystem.allreduce_line(1, "nccl"))}
 
+def nccl(busbw, nproc):
+    def half(busbw_program, here):
+        return lambda p: (isinstance(p, P.LaunchHalf) and (not p.host) == here
+                          and p.program.endswith("busbw.py") == busbw_program)
+
+    return {half(True, True): (0, FakeSystem.busbw_line(busbw, "nccl", 2 * nproc)),
+            half(True, False): (0, ""),
+            half(False, True): (0, allreduce_lines(0, nproc, "nccl")),
+            half(False, False): (0, allreduce_lines(1, nproc, "nccl"))}
+
+
+def test_busbw_over_ib_against_the_nics(monkeypatch):
+    monkeypatch.setenv("NPROC_PER_NODE", "2")  # two processes: both HDR NICs busy
     _, checks, _ = run({"node1": "ok", "node2": "ok"}, framework="pytorch", network="ib",
-                       answers=nccl(44.0))
+                       answers=nccl(44.0, 2))
     c = checks["cluster/torch-busbw"]
     assert c.detail == ("node1 + node2, 4 ranks, nccl: 44.0 GB/s of 48 GB/s (91 %) ≥ 90 %: "
                         "healthy") and c.status == PASS
     _, checks, _ = run({"node1": "ok", "node2": "ok"}, framework="pytorch", network="ib",
-                       answers=nccl(24.0))
+                       answers=nccl(24.0, 2))
     assert checks["cluster/torch-busbw"].status == FAIL
+
+
+def test_busbw_with_one_process_is_held_to_one_nic(monkeypatch):
+    """NPROC_PER_NODE=1 on a two-NIC node: NCCL drives about one NIC, so a healthy run's
+    22 GB/s passes against one HDR NIC's 24 GB/s (summing both, 48, it failed)."""
+    monkeypatch.setenv("NPROC_PER_NODE", "1")
+    _, checks, sys_ = run({"node1": "ok", "node2": "ok"}, framework="pytorch", network="ib",
+                          answers=nccl(22.0, 1))
+    c = checks["cluster/torch-busbw"]
+    assert (c.status, c.detail) == (PASS, (
+        "node1 + node2, 2 ranks, nccl: 22.0 GB/s of 24 GB/s (1 of 2 NICs: one per process, "
+        "1 per instance) (91 %) ≥ 90 %: healthy"))
+    assert {dict(p.extra_env).get("NPROC_PER_NODE") for p in sys_.asked(P.LaunchHalf)} == {"1"}
 
 
 def test_busbw_skipped_when_the_all_reduce_failed():
@@ -271,23 +399,69 @@ def test_busbw_skipped_when_the_all_reduce_failed():
 
 # --- the programs, for real on this machine (loopback) ------------------------------------
 
-def test_tcp_program_measures_over_loopback():
-    prog = program("tcp_bw.py")
-    r = subprocess.run([sys.executable, "-", "--receive"], input=prog, text=True,
-                       capture_output=True, timeout=30)
+def receiver(address="127.0.0.1"):
+    r = subprocess.run([sys.executable, "-", "--receive", address], input=program("tcp_bw.py"),
+                       text=True, capture_output=True, timeout=30)
     listen = parse_tcp_listen(r.stdout)
-    assert r.returncode == 0 and listen, r.stderr
+    assert r.returncode == 0 and listen, r.stdout + r.stderr
+    return int(listen["port"]), listen["token"]
+
+
+def sender(port, token, mib, seconds, address="127.0.0.1"):
+    return subprocess.run([sys.executable, "-", "--send", address, str(port), token, str(mib),
+                           str(seconds)], input=program("tcp_bw.py"), text=True,
+                          capture_output=True, timeout=60)
+
+
+def test_tcp_program_measures_over_loopback():
+    port, token = receiver()
     # a connection without the token is closed, and the receiver still waits for the sender
-    import socket
-    with socket.create_connection(("127.0.0.1", int(listen["port"]))) as intruder:
-        intruder.sendall(b"x" * 40)
+    with socket.create_connection(("127.0.0.1", port)) as intruder:
+        intruder.sendall(b"x" * 48)  # as long as a header: 32 of token, 16 of sizes
         assert intruder.recv(16) == b""
-    s = subprocess.run([sys.executable, "-", "--send", "127.0.0.1", listen["port"],
-                        listen["token"], "16"], input=prog, text=True, capture_output=True,
-                       timeout=60)
-    assert s.returncode == 0, s.stderr
+    s = sender(port, token, 16, 30)
+    assert s.returncode == 0, s.stdout + s.stderr
     assert parse_tcp_bw(s.stdout) > 0
     assert "bytes=16777216 " in s.stdout
+
+
+def test_tcp_receiver_outlasts_an_idle_connection_and_listens_on_its_address_only():
+    """A port scan or a load balancer's probe connects and sends nothing: the receiver drops
+    it after its header's own short wait (not the whole accept deadline) and takes the
+    sender after it. Bound to 127.0.0.1, it is not on 127.0.0.2 (loopback as well)."""
+    port, token = receiver()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.2", port), timeout=5).close()
+    with socket.create_connection(("127.0.0.1", port)) as idle:
+        idle.settimeout(30)  # well under WAIT (60 s): the old receiver held it that long
+        assert idle.recv(16) == b""  # closed by the receiver, not timed out here
+    s = sender(port, token, 4, 30)
+    assert s.returncode == 0 and "bytes=4194304 " in s.stdout, s.stdout + s.stderr
+
+
+def test_tcp_sender_stops_at_its_time_bound_with_what_arrived():
+    """Far more MiB than 0.3 s carry: the send stops at the time bound and the receiver
+    reports the bytes that arrived in it, as a slow link's would be (a figure, not a
+    time-out)."""
+    port, token = receiver()
+    s = sender(port, token, 1 << 20, 0.3)  # 1 TiB
+    assert s.returncode == 0, s.stdout + s.stderr
+    seen = dict(kv.split("=", 1) for kv in s.stdout.split()[1:])
+    assert 0 < int(seen["bytes"]) <= int(seen["sent"]) < 1 << 40
+    assert 0 < float(seen["seconds"]) < 0.3 + 0.5  # the bound, with a scheduler's slack
+    assert parse_tcp_bw(s.stdout) > 0
+
+
+@pytest.mark.parametrize("argv", [["--receive", "$(reboot)"], ["--receive", "node2"],
+                                  ["--receive"], ["--send", "127.0.0.1", "1", "t", "1", "1"],
+                                  ["--send", "127.0.0.1", "80", "a" * 32, "1", "nan"],
+                                  ["--send", "127.0.0.1", "80", "a" * 32, "1", "0"]])
+def test_tcp_program_refuses_bad_arguments_in_one_line(argv):
+    r = subprocess.run([sys.executable, "-", *argv], input=program("tcp_bw.py"), text=True,
+                       capture_output=True, timeout=30)
+    assert r.returncode == 2 and not r.stderr
+    assert r.stdout.startswith("HPCWIZARD-TCPBW-ERROR ") and len(r.stdout.splitlines()) == 1
+    assert "LISTEN" not in r.stdout
 
 
 def test_bandwidth_with_here_is_bad_input(capsys):

@@ -57,6 +57,24 @@ def test_a_host_without_gdr_is_named_even_when_the_other_has_it():
     assert found.gdr is False and found.hosts_without_gdr == ("gpu37",)
 
 
+@pytest.mark.parametrize("ib, socket, host", [
+    # 'Using network IB' on one host, 'Using network Socket' on the other
+    ("ib-using_aks-rdma-infiniband-30.txt", "socket-2.19.3_nccl-1267.txt", "instance-8g-96c-4"),
+    # the connection lines: NET/IB/0/GDRDMA on one host, NET/Socket/0 on the other
+    ("ib-gdrdma_aks-rdma-infiniband-pr36.txt", "socket_nccl-952.txt", "<cluster_name>"),
+])
+def test_one_host_on_sockets_is_sockets_whatever_the_others_chose(ib, socket, host):
+    """One container without /dev/infiniband: its NCCL chooses sockets while the others
+    choose IB, and the job runs at the sockets' speed."""
+    for log in (read(ib) + read(socket), read(socket) + read(ib)):
+        found = nccl_transport(log)
+        assert (found.net, found.socket_hosts) == ("socket", (host,))
+        assert found.ib_hosts and host not in found.ib_hosts
+        assert transport_from_nccl_log(log) == "tcp"
+    assert nccl_transport(read(ib)).socket_hosts == ()
+    assert nccl_transport(read(socket)).ib_hosts == ()
+
+
 def test_hcas_their_gdr_state_and_the_version():
     found = nccl_transport(read("roce-hca-disabled_nccl-1537.txt"))
     assert found.hcas == ("mlx5_0:1/RoCE", "mlx5_1:1/RoCE")
@@ -75,7 +93,7 @@ def test_the_2_27_wordings_and_the_plugins():
     assert found.gdr_enabled_hcas == ("mlx5_0",) and found.too_far
     plugin_only = "\n".join(l for l in read("format-strings_2.27.3.txt").splitlines()
                             if "NCCL RDMA Plugin" in l)
-    assert nccl_transport(plugin_only) == NcclTransport(net="ib", gdr=True)
+    assert nccl_transport(plugin_only) == NcclTransport(net="ib", gdr=True, ib_hosts=("node2",))
 
 
 def test_intra_node_lines_are_not_network_connections():
@@ -142,6 +160,13 @@ def test_sockets_fail_as_before_and_nothing_of_gdr_is_said():
     assert [d.id for d in c.diagnoses] == ["nccl-socket-fallback"]
     c = check(read("dmabuf-gpu-only_nccl-tests-245.txt"))
     assert (c.status, c.detail) == (FAIL, "the NCCL log does not say")
+
+
+def test_ib_on_one_host_and_sockets_on_the_other_fails():
+    c = check(read("ib-using_aks-rdma-infiniband-30.txt") + read("socket-2.19.3_nccl-1267.txt"))
+    assert c.status == FAIL and c.detail.startswith("NCCL fell back to sockets (TCP)")
+    c = check(read("ib-gdrdma_aks-rdma-infiniband-pr36.txt") + read("socket_nccl-952.txt"))
+    assert c.status == FAIL and "GPUDirect" not in c.detail
 
 
 def test_ib_with_no_connection_line_passes_without_a_gdr_claim():

@@ -14,6 +14,7 @@ Pairs run one after another: they all share this instance's link, so at once the
 divide it between them and each measure a part."""
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import re
@@ -42,10 +43,21 @@ IB_THRESHOLD = 90  # % of the port's rate: ngc_multinode_perf's pass criterion f
 # lands well below. 70 % passes a busy healthy link and fails those.
 TCP_THRESHOLD = 70
 TCP_FAST_MBPS = 25000  # faster: one Python stream is bounded by a CPU core, not by the link
-TCP_MIB = 512  # per pair: 4.3 s at 1 Gb/s, long enough past TCP's ramp-up at 10-25 Gb/s
+# per pair, whichever comes first: 512 MiB is 4.3 s at 1 Gb/s, long enough past TCP's ramp-up
+# at 10-25 Gb/s; 10 s bounds a slow link's test, which then gives its low figure and fails on
+# it, well within the sender's time-out (a time-out would read as a firewall)
+TCP_MIB, TCP_SECONDS = 512, 10.0
 # nccl-tests' bus bandwidth per NIC is ~96 % of its rate in bytes: ~24 GB/s of an HDR 200G
 # NIC, ~48 GB/s of an NDR 400G one.
 NIC_EFFICIENCY = 0.96
+# The InfiniBand rates sysfs reports for SDR, DDR and QDR ports (2.5, 5, 10 Gb/s a lane, at 1X,
+# 4X, 8X or 12X): their 8b/10b coding carries 8 bits of data in every 10, so a healthy QDR
+# port reported as 40 Gb/s moves at most 32 Gb/s. FDR10 also reports 10, 40, 80 or 120 and
+# carries 64b/66b (~97 % data), and sysfs's number alone cannot tell the two apart: those
+# rates are held against the 8b/10b data rate, the lenient side, so a healthy QDR port is
+# never failed, at the price of passing an FDR10 port down to 72 % of its rate.
+RATES_8B10B = frozenset({2.5, 5.0, 10.0, 20.0, 30.0, 40.0, 60.0, 80.0, 120.0})
+DATA_8B10B = 0.8
 IB_TCP_PORT = 18515  # perftest's default port for its exchange; the i-th job port: + i
 TCP_BW, BUSBW = "tcp_bw.py", "busbw.py"  # programs/
 _NOT_LISTENING = re.compile(r"Couldn't connect to|Unable to open file descriptor")
@@ -64,11 +76,12 @@ class Verdict:
     reference: Optional[float] = None
     threshold: Optional[int] = None
     note: str = ""
+    reference_note: str = ""  # after the reference: where it comes from ("40 Gb/s, 8b/10b")
 
     @property
     def percent(self) -> Optional[int]:
         """The share of the reference, rounded down: 179.9 of 200 shows 89 %, not 90 %."""
-        if not self.reference:
+        if not self.reference or not math.isfinite(self.figure):
             return None
         return int(math.floor(self.figure * 100 / self.reference + 1e-9))
 
@@ -82,9 +95,11 @@ class Verdict:
         fig = f"{self.figure:.1f} {self.unit}"
         if self.reference is None:
             return _("{what}: {figure}; {note}").format(what=what, figure=fig, note=self.note)
+        reference = f"{self.reference:.3g} {self.unit}"
+        if self.reference_note:
+            reference += f" ({self.reference_note})"
         of = _("{what}: {figure} of {reference} ({percent} %)").format(
-            what=what, figure=fig, reference=f"{self.reference:.3g} {self.unit}",
-            percent=self.percent)
+            what=what, figure=fig, reference=reference, percent=self.percent)
         if self.threshold is None:
             return f"{of}; {self.note}"
         if self.ok:
@@ -94,10 +109,16 @@ class Verdict:
             measured=of, threshold=self.threshold)
 
 
-def ib_verdict(gbps: float, rate_gbps: Optional[float]) -> Verdict:
+def ib_verdict(gbps: float, rate_gbps: Optional[float],
+               link_layer: str = "InfiniBand") -> Verdict:
+    """Against the port's data rate: its reported rate, less 8b/10b's coding at SDR/DDR/QDR
+    rates (RATES_8B10B). RoCE (Ethernet) speeds are data rates already."""
     if not rate_gbps:
         return Verdict(gbps, "Gb/s", note=_("no line rate to compare (the port's rate is "
                                             "unknown)"))
+    if link_layer != "Ethernet" and rate_gbps in RATES_8B10B:
+        return Verdict(gbps, "Gb/s", rate_gbps * DATA_8B10B, IB_THRESHOLD,
+                       reference_note=f"{rate_gbps:g} Gb/s, 8b/10b")
     return Verdict(gbps, "Gb/s", rate_gbps, IB_THRESHOLD)
 
 
@@ -119,25 +140,38 @@ def tcp_verdict(gbps: float, link: Link) -> Verdict:
     return Verdict(gbps, "Gb/s", link.mbps / 1000, TCP_THRESHOLD)
 
 
-def expected_busbw(ports: Sequence[Port]) -> Optional[float]:
-    """GB/s a torch all_reduce over these NICs should reach (None: a rate is unknown)."""
-    if not ports or any(not p.rate_gbps for p in ports):
+def nics_used(ports: Sequence[Port], nproc: int) -> List[Port]:
+    """The NICs an all_reduce with nproc processes per instance keeps busy: NCCL gives each
+    GPU the NIC nearest it, so one process drives about one NIC whatever the node has. Which
+    ones is NCCL's choice: the slowest are held to, so a healthy run passes whichever it
+    took."""
+    return sorted(ports, key=lambda p: p.rate_gbps or 0)[:max(1, min(len(ports), nproc))]
+
+
+def expected_busbw(ports: Sequence[Port], nproc: Optional[int] = None) -> Optional[float]:
+    """GB/s a torch all_reduce over these NICs should reach with nproc processes per instance
+    (None: every NIC; the result None: a rate is unknown)."""
+    used = nics_used(ports, len(ports) if nproc is None else nproc) if ports else []
+    if not used or any(not p.rate_gbps for p in used):
         return None
-    return sum(p.rate_gbps / 8 * NIC_EFFICIENCY for p in ports)
+    return sum(p.rate_gbps / 8 * NIC_EFFICIENCY for p in used)
 
 
 def busbw_verdict(busbw: float, over_ib: bool, ports: Sequence[Port],
-                  link: Optional[Link]) -> Verdict:
-    """Over InfiniBand (NCCL on the job's ports) held against their expected bus bandwidth,
-    PASS at >= 90 %. Over TCP the figure and the interface's speed, not judged: gloo's
-    reduction is bounded by the CPU as much as by the link, and the TCP check gives the
-    link's verdict."""
+                  link: Optional[Link], nproc: Optional[int] = None) -> Verdict:
+    """Over InfiniBand (NCCL on the job's ports, as many as it has processes per instance)
+    held against their expected bus bandwidth, PASS at >= 90 %. Over TCP the figure and the
+    interface's speed, not judged: gloo's reduction is bounded by the CPU as much as by the
+    link, and the TCP check gives the link's verdict."""
     if over_ib:
-        expected = expected_busbw(ports)
+        expected = expected_busbw(ports, nproc)
         if expected is None:
             return Verdict(busbw, "GB/s", note=_("no line rate to compare (a port's rate is "
                                                  "unknown)"))
-        return Verdict(busbw, "GB/s", expected, IB_THRESHOLD)
+        used = len(nics_used(ports, len(ports) if nproc is None else nproc))
+        return Verdict(busbw, "GB/s", expected, IB_THRESHOLD, reference_note=_(
+            "{used} of {total} NICs: one per process, {nproc} per instance").format(
+            used=used, total=len(ports), nproc=nproc) if used < len(ports) else "")
     if link is None or link.mbps is None:
         return Verdict(busbw, "GB/s", note=_("no line rate to compare ({why})").format(
             why=link.why if link else _("no interface found")))
@@ -258,7 +292,7 @@ def ib_pair(ctx: Ctx, here: str, peer: str, port: Port, tcp_port: int) -> Check:
                                "package.") if missing else
                              _("ib_write_bw did not complete between {a} and {b}; its output "
                                "names the reason.").format(a=here, b=peer)))
-    v = ib_verdict(gbps, port.rate_gbps)
+    v = ib_verdict(gbps, port.rate_gbps, port.link_layer)
     return _check(cid, title, r, v.ok, t0=t0, command=command, host=peer,
                   detail=v.line(what),
                   plain=_("{a} → {b} carries {percent} % of the port's line rate: a degraded "
@@ -286,15 +320,27 @@ def tcp_pair(ctx: Ctx, here: str, peer: str) -> Check:
     what = (_("{a} → {b} over TCP ({iface})").format(a=here, b=peer, iface=link.iface)
             if link.iface else _("{a} → {b} over TCP").format(a=here, b=peer))
     title = _("TCP throughput {pair}").format(pair=f"{here} → {peer}")
-    receiver = TcpBwReceiver(peer, ctx.port, ctx.python, prog, user=ctx.user)
+    address = _address(ctx, peer)
+    try:  # the receiver binds it: it goes to the peer's shell, and only an address will do
+        address = str(ipaddress.ip_address(address))
+    except ValueError:
+        return _check(cid, title, None, False, t0=t0, command=Resolve(peer).command,
+                      host=peer, detail=_("no IP address for {host} here").format(host=peer),
+                      plain=_("The TCP test needs {host}'s IP address, and {host} does not "
+                              "resolve here (getent hosts {host}).").format(host=peer))
+    receiver = TcpBwReceiver(peer, ctx.port, ctx.python, prog, address, user=ctx.user)
     r = ctx.ask(receiver)
     listen = parse_tcp_listen(r.out) if r.ok else {}
     port, token = listen.get("port", ""), listen.get("token", "")
     if not (port.isdigit() and 0 < int(port) < 65536 and _TOKEN.fullmatch(token)):
         return _check(cid, title, r, False, t0=t0, host=peer, detail=r.last_line(),
-                      plain=_("The TCP test's receiver did not start on {host} ({python} "
-                              "there?).").format(host=peer, python=ctx.python))
-    sender = TcpBwSender(_address(ctx, peer), int(port), token, TCP_MIB, ctx.python, prog)
+                      plain=_("{host} has no address {address}, which its name resolves to "
+                              "here (NAT between the instances, or /etc/hosts that differ): "
+                              "the TCP test listens on the address the sender uses.").format(
+                          host=peer, address=address) if "cannot listen on" in r.out else
+                      _("The TCP test's receiver did not start on {host} ({python} "
+                        "there?).").format(host=peer, python=ctx.python))
+    sender = TcpBwSender(address, int(port), token, TCP_MIB, ctx.python, prog, TCP_SECONDS)
     s = ctx.ask(sender)
     command = f"{receiver.command}  ;  {sender.command}"
     gbps = parse_tcp_bw(s.out) if s.ok else None
@@ -328,13 +374,14 @@ def check_torch_busbw(ctx: Ctx, host: str = "") -> List[Check]:
     t0 = time.monotonic()
     # as many processes per instance as the all_reduce before it ran (it passed: the count
     # is valid)
-    r_local, r_remote, command, failed = launch_pair(ctx, other, BUSBW,
-                                                     torch_nproc(ctx.facts, os.environ)[0])
+    nproc = torch_nproc(ctx.facts, os.environ)[0]
+    r_local, r_remote, command, failed = launch_pair(ctx, other, BUSBW, nproc)
     if failed is not None:
         return [_skip(cid, title, failed, command=command)]
     both = Ran(r_local.argv, r_local.rc or r_remote.rc, r_local.out + "\n" + r_remote.out)
     seen = parse_busbw(both.out)
     try:
+        # parse_busbw leaves out a busbw that is not finite: a KeyError, no figure
         busbw, ranks, backend = float(seen["busbw"]), int(seen["size"]), seen["backend"]
         if not both.ok:
             raise ValueError(both.last_line())
@@ -349,7 +396,7 @@ def check_torch_busbw(ctx: Ctx, host: str = "") -> List[Check]:
     if not over_ib:
         what = _("{what} over TCP").format(what=what)
     ports = job_ports(ctx.facts)[0]
-    v = busbw_verdict(busbw, over_ib, ports, None if over_ib else link_to(ctx, other))
+    v = busbw_verdict(busbw, over_ib, ports, None if over_ib else link_to(ctx, other), nproc)
     return [_check(cid, title, both, v.ok, t0=t0, command=command,
                    detail=v.line(what),
                    plain=_("The all_reduce's bus bandwidth is {percent} % of what the job's "

@@ -38,6 +38,10 @@ class NcclTransport:
     gdr: Optional[bool] = None
     hcas: Tuple[str, ...] = ()  # as 'NET/IB : Using' names them: 'mlx5_0:1/IB'
     hosts_without_gdr: Tuple[str, ...] = ()  # the log's host names, when some host has GDR
+    # the log's host names that chose sockets: net is "socket" when any host did, even when
+    # the others chose IB (one container without /dev/infiniband, the rest with it)
+    socket_hosts: Tuple[str, ...] = ()
+    ib_hosts: Tuple[str, ...] = ()  # and those that chose IB (both: the hosts disagree)
     gdr_disabled_hcas: Tuple[str, ...] = ()  # 'GPU Direct RDMA Disabled for HCA n NAME'
     gdr_enabled_hcas: Tuple[str, ...] = ()
     too_far: bool = False  # NCCL kept GDR off: the GPU is too far from the NIC on PCIe
@@ -61,22 +65,28 @@ def nccl_transport(text: str) -> NcclTransport:
     """The network NCCL chose and, over IB, whether it used GPUDirect RDMA (NcclTransport)."""
     host_gdr: Dict[str, bool] = {}
     networks = []
+    on_sockets: Dict[str, None] = {}  # the hosts that chose sockets, in the log's order
+    on_ib: Dict[str, None] = {}
     for line in text.splitlines():
+        h = _HOST.search(line)
+        host = h.group(1) if h else ""
+        using = _USING_NETWORK.search(line)
+        if using:
+            networks.append(using.group(1))
+            (on_sockets if _is_socket(using.group(1)) else on_ib)[host] = None
         m = _CONNECTION.search(line)
         if not m:
             continue
         name = m.group("net").strip()
         networks.append(name)
         if _is_socket(name):
+            on_sockets[host] = None
             continue
-        h = _HOST.search(line)
-        host = h.group(1) if h else ""
+        on_ib[host] = None
         host_gdr[host] = host_gdr.get(host, False) or bool(m.group("gdr"))
-    using = _USING_NETWORK.findall(text)
-    if using:
-        net = "socket" if all(_is_socket(x) for x in using) else "ib"
-    elif networks:
-        net = "socket" if all(_is_socket(x) for x in networks) else "ib"
+    if networks:
+        # one host on sockets is the job's speed: its peers' IB does not make up for it
+        net = "socket" if on_sockets else "ib"
     elif _IB_USING.search(text) or re.search(r"NET/IB ?: GPU Direct RDMA", text):
         net = "ib"
     else:
@@ -97,6 +107,8 @@ def nccl_transport(text: str) -> NcclTransport:
     version = _VERSION.search(text)
     return NcclTransport(
         net=net, gdr=gdr, hcas=hcas, hosts_without_gdr=without,
+        socket_hosts=tuple(h for h in on_sockets if h),
+        ib_hosts=tuple(h for h in on_ib if h and h not in on_sockets),
         gdr_disabled_hcas=disabled, gdr_enabled_hcas=enabled,
         too_far=bool(_TOO_FAR.search(text)),
         dmabuf_gpu="DMA-BUF is available on GPU device" in text,

@@ -4,6 +4,7 @@ logs say was chosen. Pure functions of text, tested on recorded outputs."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Dict, List, Sequence, Tuple
@@ -208,7 +209,17 @@ def parse_ib_write_bw(text: str) -> "float | None":
     if not rows:
         return None
     avgs = rows[max(rows)]
-    return sum(avgs) / len(avgs) * scale
+    return finite(sum(avgs) / len(avgs) * scale)
+
+
+def finite(value: "float | str | None") -> "float | None":
+    """A figure as a float, None unless it is a finite number: perftest prints 'nan' for a run
+    that took no time, and a nan or inf figure has no share of a line rate."""
+    try:
+        figure = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return figure if math.isfinite(figure) else None
 
 
 def _fields(line: str) -> Dict[str, str]:
@@ -224,16 +235,17 @@ def parse_tcp_listen(text: str) -> Dict[str, str]:
 def parse_tcp_bw(text: str) -> "float | None":
     """The TCP test's sender: 'HPCWIZARD-TCPBW bytes=.. seconds=.. gbps=G' -> G (Gb/s)."""
     m = re.search(r"HPCWIZARD-TCPBW (.*)", text)
-    try:
-        return float(_fields(m.group(1))["gbps"]) if m else None
-    except (KeyError, ValueError):
-        return None
+    return finite(_fields(m.group(1)).get("gbps")) if m else None
 
 
 def parse_busbw(text: str) -> Dict[str, str]:
-    """busbw.py's 'HPCWIZARD-BUSBW size=.. backend=.. busbw=B ...' -> its fields ({} none)."""
+    """busbw.py's 'HPCWIZARD-BUSBW size=.. backend=.. busbw=B ...' -> its fields ({} none);
+    a busbw that is not a finite number is left out (no figure)."""
     m = re.search(r"HPCWIZARD-BUSBW (.*)", text)
-    return _fields(m.group(1)) if m else {}
+    seen = _fields(m.group(1)) if m else {}
+    if "busbw" in seen and finite(seen["busbw"]) is None:
+        del seen["busbw"]
+    return seen
 
 
 def parse_link_speed(text: str) -> Dict[str, str]:

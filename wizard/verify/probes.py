@@ -385,19 +385,21 @@ class IbWriteBwClient(Probe):
 
 @dataclass(frozen=True)
 class TcpBwReceiver(Probe):
-    """The TCP test program's receiver on host over SSH (`PYTHON - --receive`, the program on
-    stdin): it listens on a free port, prints it with a one-time token and goes to the
-    background, so the ssh returns while it waits for the sender."""
+    """The TCP test program's receiver on host over SSH (`PYTHON - --receive ADDRESS`, the
+    program on stdin): it listens on a free port of address (the one the sender connects to,
+    an IP address: the check validates it), prints the port with a one-time token and goes to
+    the background, so the ssh returns while it waits for the sender."""
     host: str
     port: int
     python: str
     program: str
+    address: str
     user: str = ""
     timeout = SSH_TIMEOUT
 
     def argv(self) -> Tuple[str, ...]:
         return ssh_argv(self.user, self.port, self.host,
-                        f"{shlex.quote(self.python)} - --receive")
+                        f"{shlex.quote(self.python)} - --receive {shlex.quote(self.address)}")
 
     def stdin(self) -> Optional[bytes]:
         return self.program.encode()
@@ -405,18 +407,21 @@ class TcpBwReceiver(Probe):
 
 @dataclass(frozen=True)
 class TcpBwSender(Probe):
-    """The TCP test program's sender here: mib MiB to the receiver at address:tcp_port."""
+    """The TCP test program's sender here: to the receiver at address:tcp_port until mib MiB
+    are sent or seconds have passed, whichever comes first (a slow link gives a low figure
+    well within the time-out)."""
     address: str
     tcp_port: int
     token: str
     mib: int
     python: str
     program: str
+    seconds: float = 10.0
     timeout = JOB_TIMEOUT
 
     def argv(self) -> Tuple[str, ...]:
         return (self.python, "-", "--send", self.address, str(self.tcp_port), self.token,
-                str(self.mib))
+                str(self.mib), f"{self.seconds:g}")
 
     def stdin(self) -> Optional[bytes]:
         return self.program.encode()

@@ -1,18 +1,38 @@
 # hpcwizard verify --bandwidth: TCP throughput between two instances (cluster/tcp-bandwidth).
-#   --receive                      listen on a free port, print it with a one-time token, go to
-#                                  the background (the ssh that started it returns), take one
-#                                  sender's bytes, answer with how long they took to arrive
-#   --send ADDRESS PORT TOKEN MIB  send MIB MiB there, print the figure
-# A connection without the token is closed and waited past: a port scan cannot take the slot.
-import hmac, os, secrets, socket, struct, sys, time
+#   --receive ADDRESS              listen on a free port of ADDRESS (the address the sender
+#                                  connects to), print it with a one-time token, go to the
+#                                  background (the ssh that started it returns), take one
+#                                  sender's bytes, answer with how many arrived in how long
+#   --send ADDRESS PORT TOKEN MIB SECONDS
+#                                  send until MIB MiB are sent or SECONDS have passed, whichever
+#                                  comes first, print the figure the receiver measured
+# Bound to the one address, not every one: a scan of the others never reaches it. A
+# connection that does not send the token within HEADER_WAIT is closed and waited past, until
+# WAIT: a port scan or a load balancer's probe cannot take the slot.
+# The time bound, not the size, ends a slow link's test: it gives a low figure (a FAIL), not a
+# time-out that reads as a firewall.
+import hmac, ipaddress, os, secrets, socket, struct, sys, time
 
 CHUNK = 1 << 20
 WAIT = 60.0  # the receiver gives up on its sender after this long
+HEADER_WAIT = 5.0  # a connection's token and sizes arrive within this, or it is not the sender
+REPLY_WAIT = 15.0  # past the time bound: the receiver's answer arrives within this
+HEAD = struct.Struct("!Qd")  # after the token: the most bytes, the most seconds
+REPLY = struct.Struct("!Qd")  # bytes that arrived, the seconds they took
 
 
-def exact(conn, n):
+def fail(message):
+    print(f"HPCWIZARD-TCPBW-ERROR {message}", flush=True)
+    sys.exit(2)
+
+
+def exact(conn, n, deadline):
     buf = b""
     while len(buf) < n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout("too slow")
+        conn.settimeout(left)
         part = conn.recv(n - len(buf))
         if not part:
             raise ConnectionError("closed early")
@@ -20,12 +40,33 @@ def exact(conn, n):
     return buf
 
 
-def receive():
+def measure(conn, size, seconds, buf):
+    """Count what arrives until the sender's end (EOF) or the time bound: bytes still on the
+    way at the bound are not counted, nor is their time."""
+    got, t0 = 0, time.monotonic()
+    end = t0 + seconds
+    while got <= size:
+        left = end - time.monotonic()
+        if left <= 0:
+            break
+        conn.settimeout(left)
+        try:
+            n = conn.recv_into(buf)
+        except socket.timeout:
+            break
+        if not n:
+            break
+        got += n
+    return got, time.monotonic() - t0
+
+
+def receive(address):
     token = secrets.token_hex(16).encode()
-    if socket.has_dualstack_ipv6():
-        srv = socket.create_server(("", 0), family=socket.AF_INET6, dualstack_ipv6=True)
-    else:
-        srv = socket.create_server(("", 0))
+    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+    try:
+        srv = socket.create_server((str(address), 0), family=family)
+    except OSError as e:
+        fail(f"cannot listen on {address}: {e}")
     print(f"HPCWIZARD-TCPBW-LISTEN port={srv.getsockname()[1]} token={token.decode()}",
           flush=True)
     if os.fork():
@@ -43,42 +84,79 @@ def receive():
         except OSError:
             return
         with conn:
-            conn.settimeout(WAIT)
             try:
-                head = exact(conn, len(token) + 8)
+                head = exact(conn, len(token) + HEAD.size, time.monotonic() + HEADER_WAIT)
                 if not hmac.compare_digest(head[:len(token)], token):
                     continue
-                size = struct.unpack("!Q", head[len(token):])[0]
-                got, t0 = 0, time.monotonic()
-                while got < size:
-                    n = conn.recv_into(buf)
-                    if not n:
-                        break
-                    got += n
-                conn.sendall(struct.pack("!Qd", got, time.monotonic() - t0))
+                size, seconds = HEAD.unpack(head[len(token):])
+                got, took = measure(conn, size, min(seconds, WAIT), buf)
+                conn.settimeout(REPLY_WAIT)
+                conn.sendall(REPLY.pack(got, took))
             except OSError:
                 continue
+            try:
+                # read on to the sender's end: closed with bytes unread, the socket would
+                # reset the connection under the answer
+                conn.shutdown(socket.SHUT_WR)
+                drained = time.monotonic() + REPLY_WAIT
+                while time.monotonic() < drained and conn.recv_into(buf):
+                    pass
+            except OSError:
+                pass
             return
 
 
-def send(address, port, token, mib):
+def send(address, port, token, mib, seconds):
+    try:
+        return send_for(address, port, token, mib, seconds)
+    except OSError as e:
+        print(f"HPCWIZARD-TCPBW-ERROR {address} port {port}: {e}", flush=True)
+        return 1
+
+
+def send_for(address, port, token, mib, seconds):
     size = mib << 20
-    chunk = bytes(CHUNK)
-    with socket.create_connection((address, port), timeout=WAIT) as conn:
-        conn.sendall(token.encode() + struct.pack("!Q", size))
-        sent = 0
+    chunk = memoryview(bytes(CHUNK))
+    with socket.create_connection((address, port), timeout=HEADER_WAIT) as conn:
+        conn.sendall(token.encode() + HEAD.pack(size, seconds))
+        sent, end = 0, time.monotonic() + seconds
         while sent < size:
-            n = min(CHUNK, size - sent)
-            conn.sendall(chunk[:n])
-            sent += n
-        got, seconds = struct.unpack("!Qd", exact(conn, 16))
-    gbps = got * 8 / seconds / 1e9 if seconds > 0 else 0.0
-    print(f"HPCWIZARD-TCPBW bytes={got} seconds={seconds:.6f} gbps={gbps:.3f}", flush=True)
-    return 0 if got == size else 1
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            conn.settimeout(left)
+            try:
+                sent += conn.send(chunk[:min(CHUNK, size - sent)])
+            except socket.timeout:
+                break
+        conn.shutdown(socket.SHUT_WR)
+        got, took = REPLY.unpack(exact(conn, REPLY.size, time.monotonic() + REPLY_WAIT))
+    gbps = got * 8 / took / 1e9 if took > 0 else 0.0
+    print(f"HPCWIZARD-TCPBW bytes={got} seconds={took:.6f} gbps={gbps:.3f} sent={sent}",
+          flush=True)
+    return 0
+
+
+def main(argv):
+    if argv[:1] == ["--receive"] and len(argv) == 2:
+        try:
+            address = ipaddress.ip_address(argv[1])
+        except ValueError:
+            fail(f"not an IP address: {argv[1]!r}")
+        receive(address)
+        return 0
+    if argv[:1] == ["--send"] and len(argv) == 6:
+        try:
+            address = str(ipaddress.ip_address(argv[1]))
+            port, token, mib, seconds = int(argv[2]), argv[3], int(argv[4]), float(argv[5])
+        except ValueError as e:
+            fail(f"bad argument: {e}")
+        if not (0 < port < 65536 and mib > 0 and 0 < seconds <= WAIT and len(token) == 32):
+            fail("usage: --send ADDRESS PORT TOKEN MIB SECONDS (1-65535, MIB > 0, "
+                 f"0 < SECONDS <= {WAIT:g}, a 32-character token)")
+        return send(address, port, token, mib, seconds)
+    fail("usage: --receive ADDRESS | --send ADDRESS PORT TOKEN MIB SECONDS")
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--receive"]:
-        receive()
-    else:
-        sys.exit(send(sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])))
+    sys.exit(main(sys.argv[1:]))
