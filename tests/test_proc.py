@@ -137,3 +137,22 @@ def test_interrupt_sends_sigint_to_the_group_then_the_stream_ends():
     proc.interrupt(children[0], grace=5)
     worker.join(10)
     assert not worker.is_alive() and result == [130] and lines == ["ready", "got-int"]
+
+
+def test_a_step_that_ignores_sigint_and_sigterm_is_killed_after_two_graces():
+    """Ctrl+C never hangs: a step whose traps swallow SIGINT and SIGTERM (a cleanup that
+    loops) gets SIGKILL once the second grace is over, and the interrupt goes on."""
+    lines = []
+
+    def on_line(line):
+        lines.append(line)
+        if line == "ready":
+            raise KeyboardInterrupt  # what Ctrl+C raises in the reading thread
+
+    with pytest.raises(KeyboardInterrupt):
+        proc.stream(["bash", "-c", "trap 'echo got-int' INT; trap 'echo got-term' TERM; "
+                                   "echo ready; while :; do sleep 0.05; done"],
+                    on_line, grace=0.5)
+    # stream returned (before, it waited for ever after SIGTERM) and the group is gone
+    out = subprocess.run(["pgrep", "-f", "got-int"], capture_output=True, text=True).stdout
+    assert out.strip() == ""

@@ -197,7 +197,8 @@ def stream(argv: Sequence[str], on_line: Callable[[str], None], *,
     """Run argv, each line of its output (stderr merged) to on_line as it comes; its exit
     status. Interrupted (Ctrl+C, SIGTERM, an on_line that raised), the group gets SIGINT, as
     from a terminal, and grace seconds for its own cleanup (temporary files, traps), then
-    SIGTERM. on_start sees the child when it starts and None when it ended (interrupt())."""
+    SIGTERM, then as long again before SIGKILL (stop_group). on_start sees the child when it
+    starts and None when it ended (interrupt())."""
     argv = tuple(argv)
     proc = _start(argv, env, cwd, keep_terminal, None, True, running)
     if isinstance(proc, Finished):
@@ -213,12 +214,7 @@ def stream(argv: Sequence[str], on_line: Callable[[str], None], *,
             on_line(raw.decode("utf-8", "replace").rstrip("\n"))
         return proc.wait()
     except BaseException:
-        signal_group(proc, signal.SIGINT)
-        try:
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            signal_group(proc, signal.SIGTERM)
-            proc.wait()
+        stop_group(proc, grace)
         raise
     finally:
         if on_start is not None:
@@ -235,10 +231,20 @@ def interrupt(proc: Optional[subprocess.Popen], grace: float = 5.0) -> None:
         return
     signal_group(proc, signal.SIGINT)
 
-    def escalate() -> None:
+    threading.Thread(target=stop_group, args=(proc, grace, False), daemon=True).start()
+
+
+def stop_group(proc: subprocess.Popen, grace: float, sigint: bool = True) -> None:
+    """SIGINT to proc's group (unless sent already), grace seconds for its own cleanup, then
+    SIGTERM, and as long again before SIGKILL: a step that ignores or traps both (a hung
+    cleanup, a trap that loops) must not hold hpcwizard's Ctrl+C for ever. Returns once proc
+    has ended."""
+    if sigint:
+        signal_group(proc, signal.SIGINT)
+    for then in (signal.SIGTERM, signal.SIGKILL):
         try:
             proc.wait(timeout=grace)
+            return
         except subprocess.TimeoutExpired:
-            signal_group(proc, signal.SIGTERM)
-
-    threading.Thread(target=escalate, daemon=True).start()
+            signal_group(proc, then)
+    proc.wait()

@@ -201,6 +201,19 @@ def undo_and_compare(r: Runs, before: Dict[str, str], packages: List[str], what:
     assert package_list() == packages, f"{what}: undo did not restore the packages"
 
 
+def finish_held(r: Runs, proc: subprocess.Popen) -> subprocess.CompletedProcess:
+    """The run's end after the signal, the step still held: hpcwizard's own SIGINT to the
+    step ends it at once, as a rule. Where the held bash stays in the hold's wait loop (a
+    device of this test, inside a DEBUG trap: seen twice in 40-odd cases), it is released
+    once hpcwizard's first grace is over, so the run ends as hpcwizard's SIGTERM and SIGKILL
+    end it, instead of the test waiting on its own hold."""
+    try:
+        return finish(proc, timeout=15)
+    except subprocess.TimeoutExpired:
+        r.hold.disarm()
+        return finish(proc)
+
+
 def interrupt_case(r: Runs, steps: Dict[str, dict], step_id: str, where: str, sig: str,
                    before: Dict[str, str], complete: Dict[str, str], packages: List[str],
                    at: int, again: bool = True) -> None:
@@ -218,7 +231,7 @@ def interrupt_case(r: Runs, steps: Dict[str, dict], step_id: str, where: str, si
         r.hold.disarm()
         time.sleep(0.05)
     send(proc, sig)
-    out = finish(proc)
+    out = finish_held(r, proc)
     r.hold.disarm()
     want = -signal.SIGKILL if sig == "SIGKILL" else 130
     assert out.returncode == want, f"{what}: exit {out.returncode}{show(out)}\n{r.log(rec)}"
