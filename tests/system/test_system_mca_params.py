@@ -18,17 +18,16 @@ import hashlib
 import os
 import pwd
 import shutil
-import signal
 import stat
 import subprocess
 import sys
 import tempfile
-import time
 import zipfile
 from pathlib import Path
 from typing import Dict, Iterator
 
 import pytest
+from test_apply_mpi_tcp import _remove_user as remove_user
 
 from hpcwizard import ops
 from hpcwizard.apply import ShellRunner, apply_record, undo_record
@@ -150,30 +149,7 @@ def open_mpi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 
 def _remove_user() -> None:
-    try:
-        uid = pwd.getpwnam(USER).pw_uid
-    except KeyError:
-        return
-    for sig in (signal.SIGTERM, signal.SIGKILL):  # a killed run's orted, by pid
-        pids = [int(d.name) for d in Path("/proc").iterdir()
-                if d.name.isdigit() and _owner(d) == uid]
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        if not pids:
-            break
-        time.sleep(0.5)
-    gone = subprocess.run(["userdel", "-r", USER], capture_output=True, text=True)
-    assert gone.returncode in (0, 12), f"userdel failed{show(gone)}"  # 12: no mail spool
-
-
-def _owner(d: Path) -> int:
-    try:
-        return d.stat().st_uid
-    except OSError:
-        return -1
+    remove_user(USER)  # its processes first (a killed run's orted), by pid
 
 
 @pytest.fixture
