@@ -212,3 +212,16 @@ def test_the_static_rendezvous_is_what_torchrun_reads(monkeypatch):
     assert args.rdzv_backend == "static" and not args.standalone
     assert run.get_rdzv_endpoint(args) == "node1:29500"
     assert args.rdzv_id == "none" and args.rdzv_conf == ""
+
+
+def test_two_ranks_lines_that_ran_together_are_both_read():
+    """What CI's remote half printed once: the two ranks of an instance share its stdout, and
+    one's newline came after the other's text."""
+    out = ("HPCWIZARD-ALLREDUCE rank=3 size=4 backend=gloo sum=10 expected=10 local=1 node=1"
+           "HPCWIZARD-ALLREDUCE rank=2 size=4 backend=gloo sum=10 expected=10 local=0 node=1\n\n")
+    got = parse_allreduce(out)
+    assert [(r["rank"], r["local"], r["node"]) for r in got] == [("3", "1", "1"), ("2", "0", "1")]
+    mine = parse_allreduce("HPCWIZARD-ALLREDUCE rank=0 size=4 backend=gloo sum=10 expected=10 "
+                           "local=0 node=0\nHPCWIZARD-ALLREDUCE rank=1 size=4 backend=gloo "
+                           "sum=10 expected=10 local=1 node=0\n")
+    assert allreduce_problem(mine, got, 2) == ""

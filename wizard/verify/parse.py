@@ -89,9 +89,12 @@ def parse_torch_probe(lines: Sequence[str]) -> Dict[str, object]:
 
 
 def parse_allreduce(text: str) -> List[Dict[str, str]]:
+    """Each rank's 'HPCWIZARD-ALLREDUCE rank=0 size=4 ...' as a dict, also where two ranks'
+    lines ran together (one's text, then the other's, then the newlines)."""
     out = []
-    for m in re.finditer(r"HPCWIZARD-ALLREDUCE (.*)", text):
-        out.append(dict(kv.split("=", 1) for kv in m.group(1).split() if "=" in kv))
+    for chunk in text.split("HPCWIZARD-ALLREDUCE ")[1:]:
+        fields = chunk.split("\n", 1)[0]
+        out.append(dict(kv.split("=", 1) for kv in fields.split() if "=" in kv))
     return out
 
 

@@ -11,7 +11,10 @@ if backend == "nccl":
 # float64: a sum of ranks stays exact past float32's 2**24 (about 5800 ranks)
 t = torch.tensor([float(rank + 1)], dtype=torch.float64, device=dev)
 dist.all_reduce(t)
-print(f"HPCWIZARD-ALLREDUCE rank={rank} size={size} backend={backend} sum={t.item():.0f} "
-      f"expected={size * (size + 1) // 2} local={local} node={os.environ.get('GROUP_RANK', '')}",
-      flush=True)
+# One write of the whole line: the ranks of an instance share its stdout, and print's text
+# and newline can go out apart (unbuffered stdout) and interleave with another rank's.
+line = (f"HPCWIZARD-ALLREDUCE rank={rank} size={size} backend={backend} sum={t.item():.0f} "
+        f"expected={size * (size + 1) // 2} local={local} "
+        f"node={os.environ.get('GROUP_RANK', '')}\n")
+os.write(1, line.encode())
 dist.destroy_process_group()
