@@ -526,14 +526,16 @@ def forget_fixed_size(environ: Any = os.environ) -> None:
         environ.pop(var, None)
 
 
-def run_tui() -> int:
+def run_tui(frame: Any = None) -> int:
     """Start the wizard on this terminal; returns the exit status: 0 done (and verified, if
     verified) or nothing run; 1 a step failed or was skipped, or the verification failed;
-    130 interrupted."""
+    130 interrupted. frame: the EarlyFrame on the terminal, handed over to Textual here."""
     facts_file = os.environ.get("HPCWIZARD_FACTS", "")
     facts = load_facts_file(facts_file) if facts_file else None
     forget_fixed_size()
     app = WizardApp(facts=facts)
+    if frame is not None:
+        frame.hand_over()
     result = app.run()
     if isinstance(result, int):
         return result

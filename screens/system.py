@@ -14,6 +14,7 @@ from textual.widgets import Button, LoadingIndicator, Static
 from hpcwizard.detect.summary import gpudirect_text
 from hpcwizard.i18n import N_, _, ljust
 
+from .early_frame import DETECTING, STEP
 from .widgets import WizardScreen
 
 SUDO = {
@@ -144,7 +145,7 @@ class SystemScreen(WizardScreen):
         Binding("enter,n", "next", "Next", priority=False),
         Binding("q", "app.quit", "Quit"),
     ]
-    SUB_TITLE = N_("1/6 System")
+    SUB_TITLE = STEP  # the early frame draws it before Textual loads
 
     def __init__(self) -> None:
         super().__init__()
@@ -153,7 +154,7 @@ class SystemScreen(WizardScreen):
 
     def compose_body(self) -> ComposeResult:
         with VerticalScroll(id="system-body", classes="body"):
-            yield Static(_("Detecting this machine (a few seconds)…"), id="system-status")
+            yield Static(_(DETECTING), id="system-status")
             yield LoadingIndicator(id="system-loading")
             yield Static("", id="system-facts")
             yield Static("", id="system-warnings")

@@ -6,10 +6,13 @@ HPCWIZARD_FACTS (a testing/demo aid of run_tui): a GPU+IB machine, user without 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
+from typing import List
 
 import pytest
 
@@ -76,8 +79,8 @@ def test_headline_flow_in_tmux_writes_the_launch_script(tmux, tmp_path):
     tmux("new-session", "-d", "-s", tmux.session, "-x", "80", "-y", "24", "-c", str(tmp_path),
          command)
     started = time.monotonic()
-    shown = tmux.wait_for("1/6 System")
-    assert "mlx5_0:1" in shown and "ACTIVE" in shown
+    shown = tmux.wait_for("mlx5_0:1")  # the facts (the early frame has the title alone)
+    assert "1/6 System" in shown and "ACTIVE" in shown
     assert time.monotonic() - started < 10
     tmux.keys("Enter")
     tmux.wait_for("2/6 Choose")
@@ -109,7 +112,7 @@ def test_the_screen_follows_resizes_with_columns_and_lines_set(tmux, tmp_path):
                f"HPCWIZARD_STATE_DIR={tmp_path / 'state'} hpcwizard; sleep 60")
     tmux("new-session", "-d", "-s", tmux.session, "-x", "80", "-y", "24", "-c", str(tmp_path),
          command)
-    tmux.wait_for("1/6 System")
+    tmux.wait_for("mlx5_0:1")  # Textual's frame, not the early one: it follows resizes
 
     title = "hpcwizard — 1/6 System"
 
@@ -128,3 +131,64 @@ def test_the_screen_follows_resizes_with_columns_and_lines_set(tmux, tmp_path):
     for columns, rows in ((60, 12), (100, 30), (80, 24)):
         tmux("resize-window", "-t", tmux.session, "-x", str(columns), "-y", str(rows))
         tmux.wait_until(laid_out(columns, rows), f"the screen at {columns}x{rows}")
+
+
+def _shell(tmux: Tmux, tmp_path: Path, early_frame: str) -> None:
+    """bash in an 80x24 pane, with two lines of its own on the screen before the wizard."""
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "TERM": "xterm-256color",
+           "LANG": "C.UTF-8", "PS1": "$ ", "HPCWIZARD_EARLY_FRAME": early_frame}
+    tmux("new-session", "-d", "-s", tmux.session, "-x", "80", "-y", "24", "-c", str(tmp_path),
+         "env -i " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+         + " bash --norc --noprofile")
+    tmux.wait_for("$")
+    tmux("send-keys", "-t", tmux.session, "echo shell-line-one; echo shell-line-two", "Enter")
+    tmux.wait_for("$ echo shell-line-one; echo shell-line-two\nshell-line-one\nshell-line-two\n$")
+
+
+def _pane(tmux: Tmux, *formats: str) -> List[str]:
+    return tmux("display-message", "-p", "-t", tmux.session, " ".join(formats)).split()
+
+
+@pytest.mark.parametrize("early_frame", ["1", "0"])
+def test_quitting_gives_the_shell_its_screen_and_cursor_back(tmux, tmp_path, early_frame):
+    """The early frame enters the alternate screen before Textual does it again: once the
+    wizard quits, the shell's lines are on screen and its prompt is on the row after the
+    command, exactly as without the early frame (HPCWIZARD_EARLY_FRAME=0)."""
+    facts = write_facts(gpu_ib(sudo="none"), tmp_path / "facts.json")
+    _shell(tmux, tmp_path, early_frame)
+    tmux("send-keys", "-t", tmux.session,
+         f"HPCWIZARD_FACTS={facts.name} HPCWIZARD_STATE_DIR=state hpcwizard; echo EXIT=$?",
+         "Enter")  # on one row: the pane's directory is tmp_path
+    tmux.wait_for("mlx5_0:1")
+    assert _pane(tmux, "#{alternate_on}") == ["1"]
+    tmux("send-keys", "-t", tmux.session, "q")
+    shown = tmux.wait_for("EXIT=0\n$")
+    lines = shown.split("\n")
+    assert lines[:3] == ["$ echo shell-line-one; echo shell-line-two", "shell-line-one",
+                         "shell-line-two"]
+    assert lines[3].startswith("$ HPCWIZARD_FACTS=") and lines[3].endswith("echo EXIT=$?")
+    assert lines[4:6] == ["EXIT=0", "$"]
+    assert _pane(tmux, "#{alternate_on}", "#{cursor_x}", "#{cursor_y}") == ["0", "2", "5"]
+
+
+def test_ctrl_c_before_textual_takes_over_leaves_the_early_frame(tmux, tmp_path):
+    """Ctrl+C while Textual loads: the frame's alternate screen is left, so the shell's screen
+    and the interrupt's message are what the user sees. The wait stands in for Textual's
+    import, which is too quick to hit with a key reliably."""
+    _shell(tmux, tmp_path, "1")
+    (tmp_path / "loads.py").write_text(
+        "import time\nfrom hpcwizard.screens.early_frame import EarlyFrame\n"
+        "with EarlyFrame() as frame:\n    print(frame.drawn, file=open('drawn', 'w'))\n"
+        "    time.sleep(120)\n")
+    tmux("send-keys", "-t", tmux.session,
+         f"{shlex.quote(sys.executable)} loads.py", "Enter")
+    shown = tmux.wait_for("Detecting this machine (a few seconds)")
+    assert "hpcwizard — 1/6 System" in shown.split("\n")[0]
+    assert _pane(tmux, "#{alternate_on}") == ["1"]
+    tmux("send-keys", "-t", tmux.session, "C-c")
+    shown = tmux.wait_until(lambda shown: "KeyboardInterrupt" in shown
+                            and shown.rstrip().endswith("\n$"), "the shell's prompt again")
+    assert (tmp_path / "drawn").read_text() == "True\n"
+    assert shown.split("\n")[1:3] == ["shell-line-one", "shell-line-two"]
+    assert "Detecting this machine" not in shown and "KeyboardInterrupt" in shown
+    assert _pane(tmux, "#{alternate_on}") == ["0"]

@@ -174,9 +174,14 @@ def _start_tui() -> int:
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise BadInput(_("no terminal: run 'hpcwizard' in a terminal for the wizard, or use "
                          "the commands (hpcwizard --help)"))
-    from .screens.app import run_tui  # lazy: the core never imports textual
+    # The first frame is on the terminal before Textual loads (most of a second on a slow
+    # instance); Textual paints over it. Lazy: the core never imports textual.
+    from .screens.early_frame import EarlyFrame
 
-    return run_tui()
+    with EarlyFrame() as frame:
+        from .screens.app import run_tui
+
+        return run_tui(frame)
 
 
 # --- shared pieces ----------------------------------------------------------------------------

@@ -288,6 +288,10 @@ class Terminal:
     def screen(self) -> str:
         return "\n".join(line.rstrip() for line in self.lines())
 
+    def buffer_type(self) -> str:
+        """'normal' (the shell's screen) or 'alternate' (a full-screen program's)."""
+        return str(self._term("return t.buffer.active.type;"))
+
     def size(self) -> Tuple[int, int]:
         cols, rows = self._term("return [t.cols, t.rows];")
         return int(cols), int(rows)

@@ -215,6 +215,13 @@ def test_system_to_preset_export_then_f2_to_chinese(wizard):
     wizard.type("q")
     wizard.wait_for("HPCWIZARD-EXIT=0")
     assert not (work / "state" / "records").exists()  # nothing ran
+    # The shell's screen is back with its cursor where the command left it: the early frame
+    # entered the alternate screen before Textual did it again, and xterm.js keeps the saved
+    # cursor per screen, so the exit line comes right under the (wrapped) command.
+    assert wizard.buffer_type() == "normal"
+    lines = [line.rstrip() for line in wizard.lines()]
+    exits = [i for i, line in enumerate(lines) if line == "HPCWIZARD-EXIT=0"]
+    assert len(exits) == 1 and exits[0] > 0 and lines[exits[0] - 1].endswith("$?"), lines
 
 
 def test_f2_on_the_first_screen_switches_to_chinese_and_back(wizard):
