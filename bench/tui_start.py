@@ -24,7 +24,8 @@ import sys
 import time
 from typing import Dict, List, Optional, Sequence
 
-FIRST_PAINT = "1/6 System"  # the header of the first screen
+FIRST_PAINT = "1/6 System"  # the header of the first screen (the early frame has it)
+TEXTUAL_PAINT = "q Quit"  # the footer: only Textual's own frame draws one
 FACTS_SHOWN = ("This machine, as detected", "Detection failed")
 
 
@@ -81,9 +82,12 @@ def one_start(tmux: Tmux, command: str, env: Dict[str, str], timeout: float = 30
         if "paint" not in out and FIRST_PAINT in shown:
             out["paint"] = now
             out["paint_cpu"] = cpu_seconds(pid)
+        if "textual_paint" not in out and TEXTUAL_PAINT in shown:
+            out["textual_paint"] = now
         if any(marker in shown for marker in FACTS_SHOWN):
             if "paint" not in out:
                 out["paint"], out["paint_cpu"] = now, cpu_seconds(pid)
+            out.setdefault("textual_paint", now)
             out["facts"] = now
             out["facts_cpu"] = cpu_seconds(pid)
             out["failed"] = float("Detection failed" in shown)
