@@ -9,8 +9,8 @@ way, in Textual's colours) on the alternate screen, and Textual paints over it.
 Entering the alternate screen twice (here, then Textual) leaves the shell's screen and cursor
 as they were once Textual leaves it: xterm, xterm.js (JupyterLab's terminal) and VTE keep the
 cursor saved by `CSI ?1049h` per screen, so the second save lands on the alternate screen's
-slot; tmux ignores a switch to the screen it is on. tests/system/test_system_early_frame.py
-checks it in tmux, test_system_jupyterlab.py in xterm.js. HPCWIZARD_EARLY_FRAME=0 turns it off.
+slot; tmux ignores a switch to the screen it is on. tests/test_tui_tmux.py checks it in tmux,
+tests/system/test_system_jupyterlab.py in xterm.js. HPCWIZARD_EARLY_FRAME=0 turns it off.
 
 Nothing here imports Textual (this module runs before it); the texts are the System screen's.
 """
@@ -21,7 +21,7 @@ import sys
 from types import TracebackType
 from typing import Mapping, Optional, Type
 
-from hpcwizard.i18n import N_, _, width
+from hpcwizard.i18n import N_, _, clip, width
 
 TITLE = "hpcwizard"  # the App's title, as its Header shows it
 STEP = N_("1/6 System")  # the System screen's title
@@ -36,14 +36,7 @@ BOLD_TEXT = "\x1b[1m\x1b[38;5;253m"
 RESET = "\x1b[0m"
 
 ENTER = "\x1b[?1049h\x1b[?25l"  # the alternate screen, cursor hidden (as Textual does)
-LEAVE = "\x1b[0m\x1b[?25h\x1b[?1049l"  # the shell's screen and cursor back
-
-
-def _fit(text: str, cells: int) -> str:
-    """text cut to at most `cells` columns (CJK characters take two)."""
-    while text and width(text) > cells:
-        text = text[:-1]
-    return text
+LEAVE = RESET + "\x1b[?25h\x1b[?1049l"  # the shell's screen and cursor back
 
 
 def render(columns: int, lines: int) -> str:
@@ -53,10 +46,10 @@ def render(columns: int, lines: int) -> str:
     # centred as Textual's Header centres it: between its icon (8 columns) and the 10 it
     # keeps on the right, where those fit
     left = 8 + (room - 18) // 2 if room >= 18 else room // 2
-    title = _fit(title, columns)
-    step = _fit(step, columns - left - width(title))
+    title = clip(title, columns)
+    step = clip(step, columns - left - width(title))
     header = " " * left + title + HEADER_DIM + step + HEADER + " " * (room - left)
-    status = _fit(" " + _(DETECTING), columns)
+    status = clip(" " + _(DETECTING), columns)
     return (ENTER + BODY + "\x1b[2J"  # cleared to the body's colour
             + "\x1b[1;1H" + HEADER + header + RESET
             + (f"\x1b[2;1H{BODY}{BOLD_TEXT}{status}{RESET}" if lines > 1 else "")

@@ -337,3 +337,11 @@ def test_importing_loads_no_catalogue():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=dict(os.environ, LANG="zh_CN.UTF-8"))
     assert out.stdout.strip().splitlines()[-1] == "0"
+
+
+@pytest.mark.parametrize("text,cells,clipped", [("hpcwizard", 3, "hpc"), ("正在检测", 3, "正"),
+                                                ("正在检测", 4, "正在"), ("ab", 5, "ab"),
+                                                ("正", 1, ""), ("abc", 0, "")])
+def test_clip_cuts_to_terminal_cells_never_halving_a_wide_character(text, cells, clipped):
+    assert i18n.clip(text, cells) == clipped
+    assert i18n.width(i18n.clip(text, cells)) <= cells

@@ -132,6 +132,13 @@ def ljust(text: str, cells: int) -> str:
     return text + " " * max(0, cells - width(text))
 
 
+def clip(text: str, cells: int) -> str:
+    """text cut to at most `cells` terminal cells (a wide character is not cut in half)."""
+    while text and width(text) > cells:
+        text = text[:-1]
+    return text
+
+
 def comment(text: str, prefix: str = "# ") -> str:
     """A translated text as shell/Dockerfile comment lines: every line starts with prefix."""
     return "\n".join((prefix + line).rstrip() for line in text.split("\n"))
