@@ -85,7 +85,7 @@ def test_po_files_read_back_as_extract_writes_them():
 
 
 def test_mo_files_are_compiled_from_the_po_files_as_they_are():
-    for lang in TOOL.LANGS:
+    for lang in TOOL.COMPILED:
         mo = TOOL.mo_path(lang)
         assert mo.exists(), f"{mo} is missing: run tools/i18n_catalog.py compile"
         assert mo.read_bytes() == TOOL.compile_mo(TOOL.read_po(TOOL.po_path(lang))), \
@@ -104,6 +104,31 @@ def test_compiled_catalogue_reads_back_with_gettext():
     for msgid, msgstr in entries.items():
         if msgid:
             assert t.gettext(msgid) == msgstr
+
+
+def test_entries_that_repeat_their_msgid_are_left_out_and_still_answer():
+    zh = TOOL.read_po(TOOL.po_path("zh_CN"))
+    same = [m for m, v in zh.items() if m and v == m]  # names: "SSH", "MPI"
+    assert same, "the zh catalogue keeps some names as they are"
+    data = TOOL.compile_mo(zh)
+    count = int.from_bytes(data[8:12], "little")  # the .mo header's number of strings
+    assert count == sum(1 for m, v in zh.items() if v and v != m) == \
+        sum(1 for v in zh.values() if v) - len(same)
+    t = gettext.GNUTranslations(io.BytesIO(data))
+    assert all(t.gettext(m) == m for m in same)
+
+
+def test_english_reads_no_catalogue(monkeypatch):
+    """The msgid is the English text, plurals by English rules: nothing is read (a 100 kB
+    catalogue parsed on every start, before), and no English .mo is shipped."""
+    monkeypatch.setattr(i18n, "_loaded", {})
+    monkeypatch.setattr(i18n, "catalogue_bytes", lambda lang: pytest.fail("read " + lang))
+    msgid = next(m for m in TOOL.read_po(TOOL.po_path("en")) if m)
+    assert i18n.translations("en").gettext(msgid) == msgid
+    assert (i18n.translations("en").ngettext("{n} host", "{n} hosts", 1),
+            i18n.translations("en").ngettext("{n} host", "{n} hosts", 2)) == \
+        ("{n} host", "{n} hosts")
+    assert not TOOL.mo_path("en").exists() and "en" not in TOOL.COMPILED
 
 
 def test_zh_is_complete_and_keeps_placeholders():

@@ -7,8 +7,9 @@ importable msgfmt), so CI and a fresh clone need nothing else.
     python3 tools/i18n_catalog.py compile   # .po -> .mo, beside it
     python3 tools/i18n_catalog.py check     # exit 1 when a .po is out of date or a .mo stale
 
-English is the msgid. The en catalogue is complete by construction (msgstr = msgid: the
-wording can be edited there without touching code); zh_CN is translated by hand.
+English is the msgid. The en catalogue lists every message with msgstr = msgid, the template
+a new language starts from; it is not compiled, since English reads no catalogue (the msgid
+is the text shown). zh_CN is translated by hand.
 tests/test_i18n.py runs the same functions.
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ SOURCES = (ROOT / "wizard", ROOT / "screens")
 LOCALE = ROOT / "recipes" / "locale"
 DOMAIN = "hpcwizard"
 LANGS = {"en": "en", "zh_CN": "zh_CN"}
+COMPILED = tuple(lang for lang in LANGS if lang != "en")  # the .mo files shipped
 MARKERS = ("_", "N_")
 HEADER = {
     "en": ("Project-Id-Version: hpcwizard\nLanguage: en\nMIME-Version: 1.0\n"
@@ -176,9 +178,12 @@ def mo_path(lang: str) -> Path:
 # --- .mo files (what msgfmt does) --------------------------------------------------------------
 
 def compile_mo(entries: Dict[str, str]) -> bytes:
-    """GNU .mo bytes of msgid -> msgstr; untranslated entries are left out, as msgfmt does.
+    """GNU .mo bytes of msgid -> msgstr; untranslated entries are left out, as msgfmt does,
+    and so are entries that say what their msgid says ("SSH"): gettext answers the msgid
+    for those anyway.
     Deterministic: the same .po always gives the same bytes."""
-    pairs = sorted((k.encode("utf-8"), v.encode("utf-8")) for k, v in entries.items() if v)
+    pairs = sorted((k.encode("utf-8"), v.encode("utf-8")) for k, v in entries.items()
+                   if v and v != k)
     n = len(pairs)
     header_size = 7 * 4
     ids_off = header_size
@@ -218,7 +223,7 @@ def cmd_extract() -> int:
 
 
 def cmd_compile() -> int:
-    for lang in LANGS:
+    for lang in COMPILED:
         mo_path(lang).write_bytes(compile_mo(read_po(po_path(lang))))
         print(f"wrote {mo_path(lang).relative_to(ROOT)}")
     return 0
@@ -230,6 +235,8 @@ def cmd_check() -> int:
     for lang in LANGS:
         if po_path(lang).read_text(encoding="utf-8") != expected_po(lang, messages):
             bad.append(f"{po_path(lang)} is out of date: run tools/i18n_catalog.py extract")
+        if lang not in COMPILED:
+            continue
         if not mo_path(lang).exists() or \
                 mo_path(lang).read_bytes() != compile_mo(read_po(po_path(lang))):
             bad.append(f"{mo_path(lang)} is stale: run tools/i18n_catalog.py compile")

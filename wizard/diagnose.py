@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from typing import Iterable, List, Mapping, Tuple
 
+from . import recipes
 from .compat import tomllib
 
 
@@ -32,7 +32,7 @@ class Diagnosis:
 
 @lru_cache(maxsize=1)
 def signatures() -> Tuple[Signature, ...]:
-    text = resources.files("hpcwizard.recipes").joinpath("diagnoses.toml").read_text("utf-8")
+    text = recipes.read_text("diagnoses.toml")
     out = []
     for s in tomllib.loads(text)["signature"]:
         i18n = {"zh": {k[:-3]: v for k, v in s.items() if k.endswith("_zh")}}

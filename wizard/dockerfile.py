@@ -21,10 +21,9 @@ import dataclasses
 import json
 import re
 from functools import lru_cache
-from importlib import resources
 from typing import Dict, List, Tuple
 
-from . import __version__
+from . import __version__, recipes
 from .compat import tomllib
 from .facts import OsInfo
 from .plan import Plan, install_step, package_manager
@@ -36,7 +35,7 @@ SETUP_NAME = "hpcwizard-setup.sh"
 
 @lru_cache(maxsize=1)
 def base_images() -> Dict[str, str]:
-    text = resources.files("hpcwizard.recipes").joinpath("presets.toml").read_text("utf-8")
+    text = recipes.read_text("presets.toml")
     return dict(tomllib.loads(text).get("base_images", {}))
 
 

@@ -1,7 +1,8 @@
 """What language does a person read? One translation layer for everything hpcwizard shows:
 stdlib gettext, English text as the msgid, catalogues compiled to .mo and shipped inside the
 data package (hpcwizard.recipes: recipes/locale/<lang>/LC_MESSAGES/hpcwizard.mo), read as
-bytes through importlib.resources so that they load from a zipapp too.
+bytes through the package's loader so that they load from a zipapp too. English needs none:
+the msgid is the English text.
 
     from .i18n import _
     print(_("port {port} is out of range").format(port=n))   # placeholders, never "+"
@@ -64,13 +65,11 @@ def get_language() -> str:
 
 def catalogue_bytes(lang: str) -> Optional[bytes]:
     """The compiled catalogue of lang as shipped in the package, or None."""
-    from importlib import resources
+    from . import recipes
 
-    path = (resources.files("hpcwizard.recipes").joinpath("locale")
-            .joinpath(CATALOGUES[lang]).joinpath("LC_MESSAGES").joinpath(f"{DOMAIN}.mo"))
     try:
-        return path.read_bytes()
-    except (OSError, ValueError, KeyError):  # KeyError: 3.9's zipfile.Path, from the .pyz
+        return recipes.read_bytes(f"locale/{CATALOGUES[lang]}/LC_MESSAGES/{DOMAIN}.mo")
+    except OSError:
         return None
 
 
@@ -78,7 +77,8 @@ def translations(lang: Optional[str] = None) -> gettext.NullTranslations:
     lang = normalise(lang) if lang else get_language()
     t = _loaded.get(lang)
     if t is None:
-        data = catalogue_bytes(lang)
+        # English is the msgid, and its catalogue says so for every message: nothing to read
+        data = None if lang == "en" else catalogue_bytes(lang)
         t = gettext.GNUTranslations(io.BytesIO(data)) if data else gettext.NullTranslations()
         _loaded[lang] = t
     return t

@@ -18,8 +18,9 @@ from __future__ import annotations
 import hashlib
 import shlex
 from functools import lru_cache
-from importlib import resources
 from typing import Iterable, Optional, Sequence
+
+from . import recipes
 
 DELIMITER = "EOF"
 OPERATIONS = ("hw_file", "hw_block", "hw_dropin", "hw_packages", "hw_sshd", "hw_sshd_config",
@@ -28,9 +29,8 @@ OPERATIONS = ("hw_file", "hw_block", "hw_dropin", "hw_packages", "hw_sshd", "hw_
 
 @lru_cache(maxsize=1)
 def library() -> str:
-    """The text of recipes/ops.sh as shipped (read through importlib.resources: a wheel, a
-    checkout and the zipapp alike)."""
-    return resources.files("hpcwizard.recipes").joinpath("ops.sh").read_text(encoding="utf-8")
+    """The text of recipes/ops.sh as shipped (a wheel, a checkout and the zipapp alike)."""
+    return recipes.read_text("ops.sh")
 
 
 def checksum(text: Optional[str] = None) -> str:

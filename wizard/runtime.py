@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 import subprocess
 from functools import lru_cache
-from importlib import resources
 from typing import Dict, Mapping, Optional, Sequence
 
+from . import recipes
 from .hosts import Hosts
 from .i18n import _
 from .validate import BadInput
@@ -30,8 +30,7 @@ TIMEOUT = 60  # seconds: 4096 hosts take about a second; getent for each of them
 @lru_cache(maxsize=1)
 def library() -> str:
     """The text of recipes/runtime.sh as shipped (a wheel, a checkout and the zipapp alike)."""
-    return resources.files("hpcwizard.recipes").joinpath("runtime.sh").read_text(
-        encoding="utf-8")
+    return recipes.read_text("runtime.sh")
 
 
 def _environment(env: Optional[Mapping[str, str]]) -> Dict[str, str]:
