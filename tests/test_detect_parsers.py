@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from hpcwizard.detect import gpu, hardware, net, os_release, rdma, runtime, software, user
+from hpcwizard.detect.listening import from_proc_net_tcp
 from hpcwizard.detect.run import CommandTimeout, Result, run
 from hpcwizard.facts import Hca, Port, Rdma, Software
 
@@ -101,21 +102,24 @@ def test_parse_sshd_version_old_usage_and_new():
     assert software.parse_sshd_version(out("sshd-V_ubuntu2404.txt")) == "OpenSSH_9.6p1"
 
 
-def test_parse_proc_net_tcp_listen_state_and_port_parameter():
+def listens(text: str, port: int) -> bool:
+    return port in from_proc_net_tcp(text).values()
+
+
+def test_proc_net_tcp_listen_state_and_port():
     tcp = (SYSROOTS / "debian12/proc/net/tcp").read_text()
-    assert software.parse_proc_net_tcp(tcp, 2222) is True
-    assert software.parse_proc_net_tcp(tcp, 631) is True
-    assert software.parse_proc_net_tcp(tcp, 2200) is False
+    assert listens(tcp, 2222) and listens(tcp, 631)
+    assert not listens(tcp, 2200)
 
 
-def test_parse_proc_net_tcp_ignores_established_and_remote_ports():
+def test_proc_net_tcp_ignores_established_and_remote_ports():
     text = out("proc_net_tcp_established2222.txt")
-    assert software.parse_proc_net_tcp(text, 2222) is False  # ESTABLISHED (01), and a remote 2222
-    assert software.parse_proc_net_tcp(text, 22) is True
+    assert not listens(text, 2222)  # ESTABLISHED (01), and a remote 2222
+    assert listens(text, 22)
 
 
-def test_parse_proc_net_tcp6():
-    assert software.parse_proc_net_tcp(out("proc_net_tcp6_listen2222.txt"), 2222) is True
+def test_proc_net_tcp6():
+    assert listens(out("proc_net_tcp6_listen2222.txt"), 2222)
 
 
 # --- MPI / UCX ---------------------------------------------------------------------------

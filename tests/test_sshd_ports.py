@@ -14,7 +14,8 @@ from _core_fixtures import ROOT, facts
 from hpcwizard.catalog import load_catalog
 from hpcwizard.choices import make_choices
 from hpcwizard.detect.base import Context
-from hpcwizard.detect.software import listening_inodes, system_sshd_ports
+from hpcwizard.detect.listening import from_proc_net_tcp
+from hpcwizard.detect.software import system_sshd_ports
 from hpcwizard.plan import build_plan
 
 TCP = """  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
@@ -25,7 +26,7 @@ TCP = """  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retr
 
 
 def test_listening_sockets_by_inode():
-    assert listening_inodes(TCP) == {"55501": 22, "55502": 2222}  # 55503 is a connection
+    assert from_proc_net_tcp(TCP) == {"55501": 22, "55502": 2222}  # 55503 is a connection
 
 
 def fake_proc(root: Path, pid: int, exe: str, cmdline: str, inodes) -> None:

@@ -56,6 +56,7 @@ PROBES: Sequence[Probe] = (
     Probe("rdma", N_("the RDMA devices"), lazy("rdma")),
     Probe("gpu", N_("the GPUs"), lazy("gpu")),
     Probe("ssh", N_("SSH"), lazy("software", "probe_ssh")),
+    Probe("sshd", N_("the SSH server"), lazy("software", "probe_sshd")),
     Probe("ssh_dir", N_("the SSH directory"), lazy("ssh_dir")),
     Probe("mpi", N_("MPI"), lazy("software", "probe_mpi")),
     Probe("ucx", N_("UCX"), lazy("software", "probe_ucx")),

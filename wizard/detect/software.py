@@ -11,8 +11,8 @@ import os
 import re
 from typing import Dict, List, Optional, Tuple
 
-from ..vocab import DEFAULT_SSH_PORT
-from .base import TABLE_LIMIT, Context, Found
+from .base import Context, Found
+from .listening import listening_sockets
 from .target_python import (TargetPython, dist_version, find_target_python, first_dist_info,
                             listing)
 
@@ -71,34 +71,11 @@ def parse_ssh_version(text: str) -> str:
 parse_sshd_version = parse_ssh_version
 
 
-def parse_proc_net_tcp(text: str, port: int = DEFAULT_SSH_PORT) -> bool:
-    """True when /proc/net/tcp{,6} text has a socket in LISTEN (0A) on the local port."""
-    want = f"{port:04X}"
-    for line in text.splitlines()[1:]:
-        parts = line.split()
-        if len(parts) < 4 or ":" not in parts[1]:
-            continue
-        if parts[1].rsplit(":", 1)[1].upper() == want and parts[3].upper() == "0A":
-            return True
-    return False
-
-
-def listening_inodes(text: str) -> Dict[str, int]:
-    """/proc/net/tcp{,6} text -> socket inode: local port, for the sockets in LISTEN (0A)."""
-    out: Dict[str, int] = {}
-    for line in text.splitlines()[1:]:
-        parts = line.split()
-        if len(parts) >= 10 and ":" in parts[1] and parts[3].upper() == "0A":
-            try:
-                out[parts[9]] = int(parts[1].rsplit(":", 1)[1], 16)
-            except ValueError:
-                continue
-    return out
-
-
 def system_sshd_ports(ctx: Context, inodes: Dict[str, int]) -> Tuple[int, ...]:
     """The ports root's sshd of /etc/ssh/sshd_config listens on: its process found by
     /proc/PID/exe, its listening sockets by the inodes of its descriptors."""
+    if not inodes:  # nothing listens: no process to look for
+        return ()
     ports = set()
     for pid in ctx.listdir("proc"):
         if not pid.isascii() or not pid.isdigit():
@@ -258,24 +235,7 @@ def find_sshd(ctx: Context) -> str:
 
 
 def probe_ssh(ctx: Context, found: Found) -> None:
-    """ssh client version, sshd path and version, and whether anything listens on ctx.ssh_port."""
-    tcp_texts = [t for t in (ctx.read("proc/net/tcp", TABLE_LIMIT),
-                             ctx.read("proc/net/tcp6", TABLE_LIMIT)) if t is not None]
-    if tcp_texts:
-        found.set(
-            "software.ssh_port_listening",
-            any(parse_proc_net_tcp(t, ctx.ssh_port) for t in tcp_texts),
-        )
-    else:
-        found.note("ssh.port-unknown", port=ctx.ssh_port)
-    if tcp_texts and ctx.local:
-        inodes: Dict[str, int] = {}
-        for t in tcp_texts:
-            inodes.update(listening_inodes(t))
-        found.set("software.sshd_ports", system_sshd_ports(ctx, inodes))
-
-    sshd = find_sshd(ctx)
-    found.set("software.sshd_path", sshd)
+    """The ssh client's version."""
     if not ctx.run_commands:
         return
     res = ctx.run(["ssh", "-V"])
@@ -284,16 +244,33 @@ def probe_ssh(ctx: Context, found: Found) -> None:
         found.set("software.ssh_version", version)
         if not version:
             found.note("ssh.version-unknown", output=res.first_line())
-    if sshd:
-        exe = sshd if ctx.local else "sshd"
-        res = ctx.run([exe, "-V"])
+
+
+def probe_sshd(ctx: Context, found: Found) -> None:
+    """sshd's path and version, whether anything listens on ctx.ssh_port, and the ports
+    root's sshd serves now. A probe apart from the client's, so that `ssh -V` and
+    `sshd -V` run side by side."""
+    sockets = listening_sockets(ctx)
+    if sockets is None:
+        found.note("ssh.port-unknown", port=ctx.ssh_port)
+    else:
+        found.set("software.ssh_port_listening", ctx.ssh_port in sockets.values())
+        if ctx.local:
+            found.set("software.sshd_ports", system_sshd_ports(ctx, sockets))
+
+    sshd = find_sshd(ctx)
+    found.set("software.sshd_path", sshd)
+    if not (ctx.run_commands and sshd):
+        return
+    exe = sshd if ctx.local else "sshd"
+    res = ctx.run([exe, "-V"])
+    version = parse_sshd_version(res.output) if res is not None else ""
+    if res is not None and not version:
+        res = ctx.run([exe, "-h"])
         version = parse_sshd_version(res.output) if res is not None else ""
-        if res is not None and not version:
-            res = ctx.run([exe, "-h"])
-            version = parse_sshd_version(res.output) if res is not None else ""
-        if not version:
-            found.note("ssh.sshd-version-unknown", sshd=sshd)
-        found.set("software.sshd_version", version)
+    if not version:
+        found.note("ssh.sshd-version-unknown", sshd=sshd)
+    found.set("software.sshd_version", version)
 
 
 def probe_mpi(ctx: Context, found: Found) -> None:
