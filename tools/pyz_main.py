@@ -47,7 +47,7 @@ def _cacert_where():
     return path
 
 
-def _run():
+def _run() -> None:
     global _certifi_where
     import certifi
     import certifi.core
@@ -55,9 +55,9 @@ def _run():
     _certifi_where = certifi.core.where
     certifi.where = certifi.core.where = _cacert_where  # before requests imports it
 
-    from hpcwizard.cli import main
+    from hpcwizard.cli import run
 
-    return main()
+    run()
 
 
-sys.exit(_run())
+_run()
