@@ -141,6 +141,66 @@ def fig_detect(repeats: int) -> Figure:
     return fig
 
 
+# In a fresh interpreter: the modules of the standard library that detect loads.
+STDLIB_LOADED = r"""
+import io, json, sys
+before = set(sys.modules)
+from hpcwizard import cli
+out, sys.stdout = sys.stdout, io.StringIO()
+cli.main(["detect", "--json"])
+sys.stdout = out
+print(json.dumps(sorted(m for m in set(sys.modules) - before
+                        if m.split(".")[0] != "hpcwizard")))
+"""
+
+
+def wheel_layout(into: Path) -> Path:
+    """hpcwizard laid out as a wheel installs it (the package, its recipes inside), byte
+    compiled: what `python -S` imports with PYTHONPATH pointing there."""
+    root = HERE.parent
+    skip = shutil.ignore_patterns("__pycache__", "*.po")
+    shutil.copytree(root / "wizard", into / "hpcwizard", ignore=skip)
+    shutil.copytree(root / "recipes", into / "hpcwizard" / "recipes", ignore=skip)
+    subprocess.run([PY, "-m", "compileall", "-q", str(into)], stdout=subprocess.DEVNULL,
+                   check=True)
+    return into
+
+
+def fig_detect_bare(repeats: int) -> Figure:
+    """detect where nothing else starts with it: `python -S` (no site: this machine's .pth
+    files import pathlib, certifi and importlib.resources before any program, 20 ms and more
+    that `python -c pass` pays too), hpcwizard from a wheel layout, against `python -S -c
+    pass` plus the slowest program detect runs. stdlib_floor_s: the standard library's
+    modules that detect loads, imported alone the same way, and nothing run: detect does
+    that and more, so floor_ratio is a ratio it cannot go below while it uses them."""
+    programs = detect_programs()
+    env = dict(os.environ, LC_ALL="C", LANG="C")
+    with tempfile.TemporaryDirectory(prefix="hpcwizard-bench-") as tmp:
+        site = wheel_layout(Path(tmp))
+        bare_env = dict(os.environ, PYTHONPATH=str(site))
+        loaded = json.loads(subprocess.run([PY, "-S", "-c", STDLIB_LOADED], env=bare_env,
+                                           capture_output=True, text=True, check=True).stdout)
+        floor_code = "import " + ", ".join(loaded)
+        floor: List[float] = []
+
+        def ours() -> float:
+            return timed([PY, "-S", "-m", "hpcwizard", "detect", "--json"], env=bare_env)
+
+        def baseline() -> float:
+            bare = timed([PY, "-S", "-c", "pass"])
+            floor.append(timed([PY, "-S", "-c", floor_code]))
+            worst = max((timed(argv, env=env, check=False) for argv in programs), default=0.0)
+            return bare + worst
+
+        fig = Figure("detect-bare", "python -S -m hpcwizard detect --json, wall time",
+                     "python -S -c pass + the slowest program detect runs, alone", "<= 1.5x")
+        alternate(repeats, ours, baseline, fig)
+    fig.extra["stdlib_modules"] = float(len(loaded))
+    fig.extra["stdlib_floor_s"] = statistics.median(floor)
+    fig.extra["floor_ratio"] = statistics.median(floor) / statistics.median(fig.base)
+    return fig
+
+
 def fig_import(repeats: int) -> Figure:
     fig = Figure("startup", "hpcwizard --version, wall time", "python -c pass",
                  "<= +150 ms, no textual imported", unit="s")
@@ -204,6 +264,7 @@ def fig_tui_memory(repeats: int) -> Figure:
 
 FIGURES: Dict[str, Callable[[int], Figure]] = {
     "detect": fig_detect,
+    "detect-bare": fig_detect_bare,
     "startup": fig_import,
     "tui-start": fig_tui_start,
     "first-paint": fig_first_paint,

@@ -19,6 +19,7 @@ SUDO_MODES = ("root", "nopasswd", "password", "denied", "none", "unknown")
 
 @dataclass(frozen=True)
 class OsInfo:
+    """The distribution, from os-release, and the package manager its family uses."""
     id: str = "unknown"
     version_id: str = ""
     pretty_name: str = ""
@@ -29,6 +30,7 @@ class OsInfo:
 
 @dataclass(frozen=True)
 class UserInfo:
+    """Who runs hpcwizard, and what sudo lets them do."""
     name: str = "unknown"
     uid: int = -1
     gid: int = -1
@@ -49,6 +51,7 @@ class UserInfo:
 
 @dataclass(frozen=True)
 class Runtime:
+    """The container this runs in, its PID 1, Jupyter, and the size of /dev/shm."""
     container: str = "unknown"  # docker | podman | kubernetes | lxc | containerd | none | unknown
     pid1: str = ""  # the command name of PID 1
     jupyter: bool = False
@@ -63,6 +66,7 @@ class Runtime:
 
 @dataclass(frozen=True)
 class Iface:
+    """A network interface and its addresses."""
     name: str
     state: str = "unknown"  # UP | DOWN | UNKNOWN
     mac: str = ""
@@ -71,6 +75,7 @@ class Iface:
 
 @dataclass(frozen=True)
 class Port:
+    """One port of an RDMA device: its state, rate, link layer and network device."""
     hca: str
     number: int
     state: str = "unknown"  # ACTIVE | DOWN | INIT | ARMED | unknown
@@ -95,6 +100,7 @@ class Port:
 
 @dataclass(frozen=True)
 class Hca:
+    """An RDMA device (host channel adapter) and its ports."""
     name: str
     driver: str = ""  # mlx5_core, rdma_rxe, siw, ...
     vendor_id: str = ""  # PCI vendor, 0x15b3 for Mellanox/NVIDIA
@@ -109,6 +115,7 @@ class Hca:
 
 @dataclass(frozen=True)
 class Gpu:
+    """A GPU as nvidia-smi reports it."""
     index: int
     name: str
     memory_mib: Optional[int] = None
@@ -118,6 +125,7 @@ class Gpu:
 
 @dataclass(frozen=True)
 class Rdma:
+    """What RDMA needs beyond the devices: /dev/infiniband, locked memory, GPUDirect."""
     uverbs: Tuple[str, ...] = ()  # /dev/infiniband/uverbs* present in this container
     memlock_kib: Optional[int] = None  # None = unlimited (or unknown: see notes)
     memlock_unlimited: bool = False
@@ -131,6 +139,7 @@ class Rdma:
 
 @dataclass(frozen=True)
 class Software:
+    """What is installed and running: ssh/sshd, MPI, UCX, PyTorch/NCCL, the packages."""
     ssh_version: str = ""
     sshd_path: str = ""
     sshd_version: str = ""
@@ -225,6 +234,7 @@ class Note(str):
 
 @dataclass(frozen=True)
 class Facts:
+    """Everything detect() learned about one machine, and why anything is unknown (notes)."""
     os: OsInfo = field(default_factory=OsInfo)
     user: UserInfo = field(default_factory=UserInfo)
     runtime: Runtime = field(default_factory=Runtime)

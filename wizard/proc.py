@@ -53,6 +53,7 @@ def child_env(locale: str, base: Optional[Mapping[str, str]] = None,
 
 @dataclass(frozen=True)
 class Finished:
+    """A program that ran to its end (or its time-out), with its output."""
     argv: Tuple[str, ...]
     rc: int  # its exit status; -N: killed by signal N; 127/126: it did not start
     stdout: str  # stdout and stderr interleaved, when merged

@@ -25,6 +25,7 @@ _VALUE_ID = re.compile(r"^[a-z][a-z0-9]*$")
 
 @dataclass(frozen=True)
 class Value:
+    """One value a choice allows (framework mpi, network ib)."""
     id: str  # as given on the command line, kept in a record, named by a recipe
     label: str = ""  # as the Choose screen shows it, through _() (a product name stays as is)
     help: str = ""  # the help of its own flag, for a choice made by one flag per value (mode)
@@ -37,6 +38,7 @@ class Value:
 
 @dataclass(frozen=True)
 class Choice:
+    """A question a job answers, the values it allows and its default."""
     name: str  # the Choices field, the Choose screen's widget id, argparse's dest
     what: str  # how a refusal names it ("host-key policy 'x' is not one of ...")
     values: Tuple[Value, ...]
@@ -115,6 +117,7 @@ class Situation:
 
 @dataclass(frozen=True)
 class Condition:
+    """A name a recipe's `when` may use, and how it is decided."""
     name: str
     holds: Callable[[Situation], bool]
     # At most one condition of a group holds, so two steps may share an id when they ask

@@ -24,6 +24,7 @@ TABLE_LIMIT = 64 * 1024 * 1024
 
 @dataclass
 class Context:
+    """What a probe may read and run: the root it looks at, and whether commands run."""
     sysroot: str = "/"
     run_commands: bool = True
     timeout: float = 5.0

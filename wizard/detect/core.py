@@ -29,6 +29,7 @@ NO_COMMANDS_NOTE = "Commands were not run"
 
 @dataclass(frozen=True)
 class Probe:
+    """One question detect answers, and the function that answers it."""
     name: str
     label: str  # what it finds out, as it reads in a note: "the GPUs" (a msgid: N_)
     func: Callable[[Context, Found], None]

@@ -30,6 +30,7 @@ class CommandTimeout(Exception):
 
 @dataclass(frozen=True)
 class Result:
+    """A command detect ran: its exit code and output."""
     argv: Tuple[str, ...]
     rc: int
     stdout: str

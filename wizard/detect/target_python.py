@@ -31,6 +31,7 @@ _VERSIONED = re.compile(r"python(\d+\.\d+t?)$")
 
 @dataclass(frozen=True)
 class TargetPython:
+    """The python3 a job will run, and where its packages are."""
     executable: str  # the interpreter `python3` runs (after a pyenv shim), unresolved
     version: str  # "3.11"; "3.13t" for a free-threaded build
     prefix: str  # sys.prefix: the venv's directory in a venv
