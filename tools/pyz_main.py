@@ -47,7 +47,7 @@ def _cacert_where():
     return path
 
 
-def _run() -> None:
+def _run():
     global _certifi_where
     import certifi
     import certifi.core
