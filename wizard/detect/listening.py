@@ -94,7 +94,10 @@ def _read_dump(sock: socket.socket, seq: int, out: Dict[str, int]) -> bool:
                 return False
             if got_seq == seq:
                 if kind == NLMSG_DONE:
-                    return True
+                    # A dump that failed part way (tcp_diag not loadable) ends with DONE
+                    # carrying a negative errno: that is no answer, not "nothing listens".
+                    return length < _NLMSGHDR.size + 4 or \
+                        struct.unpack_from("=i", data, offset + _NLMSGHDR.size)[0] >= 0
                 if kind == NLMSG_ERROR:
                     return False
                 msg = offset + _NLMSGHDR.size
