@@ -44,11 +44,12 @@ def platform_hosts() -> Tuple[Any, str]:
         return None, str(exc)
 
 
-class VerifyResults(Static):
-    """The checks; tells the screen when it has been laid out at a new height."""
+class DoneBody(VerticalScroll):
+    """The screen's scrolling body; tells the screen when its size or its content's height
+    changed (a Resize comes for either), the moment a pending scroll can be made."""
 
     def on_resize(self) -> None:
-        self.call_after_refresh(self.screen.scroll_to_verify, True)
+        self.call_after_refresh(self.screen.scroll_to_verify)
 
 
 class DoneScreen(WizardScreen):
@@ -92,7 +93,7 @@ class DoneScreen(WizardScreen):
         return self.record is None  # nothing ran: going back changes nothing
 
     def compose_body(self) -> ComposeResult:
-        with VerticalScroll(id="done-body", classes="body"):
+        with DoneBody(id="done-body", classes="body"):
             if self.record is None:
                 yield Static(self.preset_text(), id="done-summary")
                 default = "launch"
@@ -110,7 +111,7 @@ class DoneScreen(WizardScreen):
                                 validate_on=["changed", "submitted"])
                     yield Button(_("Verify (v)"), id="verify-run", compact=True)
                 yield Static(self.hosts_hint(), id="verify-hint", classes="hint")
-                yield VerifyResults(self.verify_text(), id="verify-results")
+                yield Static(self.verify_text(), id="verify-results")
         with Horizontal(classes="buttons"):
             if self.record is None:
                 yield Button(_("Back (b)"), id="back", compact=True)
@@ -206,17 +207,21 @@ class DoneScreen(WizardScreen):
         self._show_results()
         if error or (report is not None and not report.ok):
             # the failures are what the user must read now: from the Verify row down, once
-            # the results have their new height (VerifyResults.on_resize), or now if the
-            # height did not change
+            # the body has its new height (DoneBody.on_resize), or now if it did not change
             self.scroll_pending = True
             self.call_after_refresh(self.scroll_to_verify)
 
-    def scroll_to_verify(self, laid_out: bool = False) -> None:
-        """laid_out: the results have their final height; later resizes leave the view be."""
-        if self.scroll_pending:
-            for row in self.query(".verify-row"):
-                row.scroll_visible(top=True, animate=False)
-            self.scroll_pending = not laid_out
+    def scroll_to_verify(self) -> None:
+        """The Verify row to the top of the view. Done once the body is tall enough for it:
+        the results' own height arrives a refresh before the body's, and a scroll made in
+        between stops short (a CI run caught it). Until then each new height tries again;
+        after it, resizes leave the view be."""
+        if not self.scroll_pending:
+            return
+        body = self.query_one("#done-body", DoneBody)
+        for row in self.query(".verify-row"):
+            row.scroll_visible(top=True, animate=False)
+            self.scroll_pending = row.virtual_region.y > body.max_scroll_y
 
     def _show_results(self) -> None:
         for results in self.query("#verify-results").results(Static):
