@@ -155,12 +155,16 @@ print(json.dumps(sorted(m for m in set(sys.modules) - before
 
 
 def wheel_layout(into: Path) -> Path:
-    """hpcwizard laid out as a wheel installs it (the package, its recipes inside), byte
-    compiled: what `python -S` imports with PYTHONPATH pointing there."""
-    root = HERE.parent
-    skip = shutil.ignore_patterns("__pycache__", "*.po")
-    shutil.copytree(root / "wizard", into / "hpcwizard", ignore=skip)
-    shutil.copytree(root / "recipes", into / "hpcwizard" / "recipes", ignore=skip)
+    """hpcwizard laid out as a wheel installs it (what the zipapp holds: tools/build_pyz.py's
+    copy_project), byte compiled: what `python -S` imports with PYTHONPATH pointing there."""
+    import tomllib
+
+    sys.path.insert(0, str(HERE.parent / "tools"))
+    try:
+        import build_pyz  # type: ignore
+    finally:
+        sys.path.remove(str(HERE.parent / "tools"))
+    build_pyz.copy_project(tomllib.loads((HERE.parent / "pyproject.toml").read_text()), into)
     subprocess.run([PY, "-m", "compileall", "-q", str(into)], stdout=subprocess.DEVNULL,
                    check=True)
     return into

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -47,13 +46,19 @@ def test_a_command_named_anywhere_gets_its_arguments(capsys):
 
 @pytest.fixture(scope="module")
 def wheel_layout(tmp_path_factory) -> Path:
-    """hpcwizard as a wheel installs it: the package, its recipes inside (no screens: the
-    TUI is not what is measured)."""
+    """hpcwizard as a wheel installs it (tools/build_pyz.py's copy_project, what the zipapp
+    holds)."""
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        tomllib = pytest.importorskip("tomli")
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import build_pyz
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
     site = tmp_path_factory.mktemp("site")
-    shutil.copytree(ROOT / "wizard", site / "hpcwizard",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(ROOT / "recipes", site / "hpcwizard" / "recipes",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.po"))
+    build_pyz.copy_project(tomllib.loads((ROOT / "pyproject.toml").read_text()), site)
     return site
 
 
