@@ -78,18 +78,21 @@ def alternate(repeats: int, ours: Callable[[], float], base: Callable[[], float]
 
 # --- figures --------------------------------------------------------------------------------
 
-# Runs detect() once with its command runner wrapped: the programs it starts on this machine.
+# Runs detect() once with its command runner wrapped: the programs it starts on this machine,
+# ahead of the probes (base.start) or when a probe asks (base.run).
 RECORD_PROGRAMS = r"""
 import json
 from hpcwizard.detect import base, detect
 started = []
-real_run = base.run
-def recording_run(argv, *args, **kwargs):
-    res = real_run(argv, *args, **kwargs)
-    if res is not None:  # None: not installed, nothing was started
-        started.append(list(argv))
-    return res
-base.run = recording_run
+real_run, real_start = base.run, base.start
+def recording(real):
+    def record(argv, *args, **kwargs):
+        res = real(argv, *args, **kwargs)
+        if res is not None:  # None: not installed, nothing was started
+            started.append(list(argv))
+        return res
+    return record
+base.run, base.start = recording(real_run), recording(real_start)
 detect()
 print(json.dumps(started))
 """

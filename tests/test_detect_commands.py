@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ FIX = Path(__file__).parent / "fixtures"
 OUT = FIX / "outputs"
 SYSROOTS = FIX / "sysroots"
 SLEEP = shutil.which("sleep") or "/bin/sleep"
+CAT = shutil.which("cat") or "/bin/cat"
 
 
 def out(name: str) -> str:
@@ -279,22 +281,72 @@ def test_hanging_command_becomes_a_note_and_detect_returns(tmp_path, fakebin):
     assert f.software.ssh_version == "OpenSSH_9.2p1"  # the other probes were not held up
 
 
-def test_probes_run_concurrently(tmp_path, fakebin):
-    # Each of these takes a second per call; run one after another they would take over 7 s.
+def test_the_commands_started_first_run_side_by_side(tmp_path, fakebin):
+    # Each of these takes a second; run one after another they would take over 6 s.
     fakebin.add("ssh", ("-V", "", out("ssh-V_debian12.txt"), 0, 1))
     fakebin.add("mpirun", ("--version", out("mpirun_mpich-4.0.txt"), "", 0, 1))
-    fakebin.add("ucx_info", ("-v", out("ucx_info-v_1.13.1.txt"), "", 0, 1), ("-d", "", "", 0))
+    fakebin.add("ucx_info", ("-v", out("ucx_info-v_1.13.1.txt"), "", 0, 1), ("-d", "", "", 0, 1))
     fakebin.add("nvidia-smi", ("--query-gpu=*", out("nvidia-smi_query_2xh100.csv"), "", 0, 1),
-                ("", out("nvidia-smi_table_2xh100.txt"), "", 0))
+                ("", out("nvidia-smi_table_2xh100.txt"), "", 0, 1))
     fakebin.add("ibv_devinfo", ("", "", out("ibv_devinfo_none.txt"), 255, 1))
-    fakebin.add("python3", ("-c *", out("torch_probe_cpu.txt"), "", 0, 1))
-    fakebin.add("bash", ("-c ulimit -l", "unlimited\n", "", 0, 1))
+    fakebin.add("python3", ("-c *", out("torch_probe_cpu.txt"), "", 0))
+    fakebin.add("bash", ("-c ulimit -l", "unlimited\n", "", 0))
     fakebin.add("ip", ("-j addr", out("ip-j-addr.json"), "", 0, 1))
     start = time.monotonic()
     f = detect(str(machine(tmp_path)), run_commands=True, timeout=5.0)
     elapsed = time.monotonic() - start
     assert elapsed < 3.5, elapsed
     assert f.software.mpi_flavour == "mpich" and len(f.gpus) == 2 and f.software.torch_version
+    assert all(g.cuda == "13.1" for g in f.gpus)  # the table, started beside the query
+    assert [i.name for i in f.ifaces] == ["lo", "eth0", "ib0"]
+
+
+def test_each_program_runs_once_and_one_nobody_asks_for_is_stopped(tmp_path, fakebin,
+                                                                   monkeypatch):
+    """A program started ahead is not run again when its probe asks; one no probe asks for
+    (ompi_info, where mpirun is MPICH's) is killed before detect returns, not left behind."""
+    from hpcwizard.detect import base
+
+    log = tmp_path / "ran.log"
+    for name, reply in (("ssh", "printf '%s' 'OpenSSH_9.2p1 Debian-2, OpenSSL 3.0.11' >&2"),
+                        ("ip", f"{CAT} {shlex.quote(str(OUT / 'ip-j-addr.json'))}"),
+                        ("mpirun", f"{CAT} {shlex.quote(str(OUT / 'mpirun_mpich-4.0.txt'))}")):
+        script = fakebin.path / name
+        # PATH holds only the fakes: what they use besides the shell's builtins, by full path
+        script.write_text(f"#!/bin/sh\necho {name} >> {shlex.quote(str(log))}\n{reply}\n")
+        script.chmod(0o755)
+    ompi_info = fakebin.path / "ompi_info"
+    ompi_info.write_text(f"#!/bin/sh\n{SLEEP} 60\n")  # sh stays, its script on its cmdline
+    ompi_info.chmod(0o755)
+    started = []
+    real_start = base.start
+
+    def recording_start(argv, *args, **kwargs):
+        res = real_start(argv, *args, **kwargs)
+        if res is not None:
+            started.append(argv[0])
+        return res
+
+    monkeypatch.setattr(base, "start", recording_start)
+    f = detect(str(machine(tmp_path)), run_commands=True, timeout=30.0)
+    assert sorted(log.read_text().split()) == ["ip", "mpirun", "ssh"]
+    assert f.software.ssh_version == "OpenSSH_9.2p1" and f.software.mpi_flavour == "mpich"
+    assert [i.name for i in f.ifaces] == ["lo", "eth0", "ib0"]
+    assert "ompi_info" in started  # it was started ahead, and no probe asked for it
+    assert not _running(str(ompi_info))
+
+
+def _running(script: str) -> list:
+    """The pids of processes running script (not zombies)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if script.encode() in f.read().split(b"\0"):
+                    pids.append(int(entry))
+        except (OSError, ValueError):
+            pass
+    return pids
 
 
 def test_probe_that_raises_becomes_a_note(tmp_path, monkeypatch):
@@ -310,17 +362,40 @@ def test_probe_that_raises_becomes_a_note(tmp_path, monkeypatch):
     assert f.os.family == "debian"  # everything else still detected
 
 
-def test_probe_that_never_finishes_is_cut_off(monkeypatch):
-    def slow(ctx, found):
-        time.sleep(3)
+@pytest.fixture
+def stuck_probe():
+    """A probe that never finishes by itself (a read from a hung file system), and whether
+    it is still stuck; released when the test ends."""
+    release = threading.Event()
+    entered = threading.Event()
+
+    def stuck(ctx, found):
+        entered.set()
+        release.wait(60)
         found.set("cpus", 999)
 
-    monkeypatch.setattr(core, "PROBES", list(core.PROBES) + [Probe("slow", "the slow thing", slow)])
-    start = time.monotonic()
-    f = detect(str(SYSROOTS / "debian12"), timeout=0.2)  # deadline: 4 x 0.2 + 1 = 1.8 s
-    assert time.monotonic() - start < 2.8
-    assert any("the slow thing did not finish" in n for n in f.notes)
+    yield Probe("stuck", "the stuck thing", stuck), release
+    release.set()
+
+
+def test_probe_that_never_finishes_is_cut_off(monkeypatch, stuck_probe):
+    probe, release = stuck_probe
+    monkeypatch.setattr(core, "PROBES", list(core.PROBES) + [probe])
+    f = detect(str(SYSROOTS / "debian12"), timeout=0.2)  # deadline: 8 x 0.2 + 1 = 2.6 s
+    assert not release.is_set()  # detect returned while the probe was still stuck
+    assert any("the stuck thing did not finish" in n for n in f.notes)
     assert f.cpus == 4
+
+
+def test_a_stuck_probe_does_not_hold_up_the_ones_after_it(monkeypatch, stuck_probe):
+    """The probes run in turn; the ones after a stuck one are taken on by another thread."""
+    probe, release = stuck_probe
+    monkeypatch.setattr(core, "PROBES", [probe] + list(core.PROBES))
+    f = detect(str(SYSROOTS / "debian12"), timeout=0.2)
+    assert not release.is_set()
+    assert any("the stuck thing did not finish" in n for n in f.notes)
+    assert f.cpus == 4 and f.os.family == "debian"  # every other probe still answered
+    assert not any("did not finish" in n for n in f.notes if "stuck thing" not in n)
 
 
 def test_unknown_fact_from_a_probe_is_a_note_not_a_crash(monkeypatch):
@@ -333,3 +408,28 @@ def test_unknown_fact_from_a_probe_is_a_note_not_a_crash(monkeypatch):
     assert f.software.mpi_flavour == ""
     assert "Internal: a probe reported an unknown fact 'software.mpi_flavor'." in f.notes
     assert "Internal: a probe reported an unknown fact 'cpu_count'." in f.notes
+
+
+def test_a_program_found_missing_ahead_is_not_looked_up_again(fakebin, monkeypatch):
+    from hpcwizard.detect import base
+    from hpcwizard.detect.base import Context
+
+    ctx = Context(run_commands=True)
+    ctx.start(["ssh", "-V"])  # PATH holds only the (empty) fakes
+    assert ctx.started == {("ssh", "-V"): None}
+
+    def no_second_look(*args, **kwargs):
+        raise AssertionError("looked up again")
+
+    monkeypatch.setattr(base, "run", no_second_look)
+    assert ctx.run(["ssh", "-V"]) is None and ctx.started == {}
+
+
+def test_nothing_starts_ahead_where_commands_are_off(tmp_path, fakebin):
+    from hpcwizard.detect import commands
+    from hpcwizard.detect.base import Context
+
+    fakebin.add("ssh", ("-V", "", out("ssh-V_debian12.txt"), 0))
+    ctx = Context(sysroot=str(machine(tmp_path)), run_commands=False)
+    commands.start(ctx)
+    assert ctx.started == {}

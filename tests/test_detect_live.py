@@ -170,12 +170,17 @@ def test_detect_starts_no_python3_where_the_files_answer(monkeypatch):
     if find_target_python() is None:
         pytest.skip("python3 on this PATH is left to running it (not read from files)")
     started = []
-    real_run = base.run
+    real_run, real_start = base.run, base.start
 
     def recording_run(argv, *args, **kwargs):
         started.append(argv[0])
         return real_run(argv, *args, **kwargs)
 
+    def recording_start(argv, *args, **kwargs):  # what detect starts ahead of the probes
+        started.append(argv[0])
+        return real_start(argv, *args, **kwargs)
+
     monkeypatch.setattr(base, "run", recording_run)
+    monkeypatch.setattr(base, "start", recording_start)
     detect()
     assert started and "python3" not in started

@@ -67,6 +67,41 @@ def test_a_time_out_kills_the_whole_group(keep_terminal):
     assert gone(int(lines[1]))  # the backgrounded sleep, not only bash
 
 
+def test_a_started_program_gets_its_time_out_from_its_start(tmp_path):
+    """start() returns at once; a result() asked for after the time-out has passed waits no
+    longer, and finds the program killed with its group."""
+    pidfile = tmp_path / "pid"
+    started = proc.start(["bash", "-c", f"sleep 60 & echo $! > {pidfile}.tmp; "
+                          f"mv {pidfile}.tmp {pidfile}; wait"], 2.0)
+    assert isinstance(started, proc.Started)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 2.0:  # until the time-out has passed, and the sleep started
+        time.sleep(0.05)
+    while not pidfile.exists():
+        time.sleep(0.05)
+    asked = time.monotonic()
+    done = started.result()
+    assert done.timed_out and not done.ok
+    assert time.monotonic() - asked < 1.9  # not another 2 s counted from the question
+    assert gone(int(pidfile.read_text()))
+
+
+def test_kill_stops_a_started_program_and_its_group(tmp_path):
+    pidfile = tmp_path / "pid"
+    started = proc.start(["bash", "-c", f"sleep 60 & echo $! > {pidfile}.tmp; "
+                          f"mv {pidfile}.tmp {pidfile}; wait"], 60)
+    while not pidfile.exists():
+        time.sleep(0.05)
+    started.kill()
+    assert gone(int(pidfile.read_text()))
+    assert started._proc.returncode is not None  # reaped, not left a zombie
+
+
+def test_start_of_a_program_that_is_not_there_is_a_finished():
+    done = proc.start(["hpcwizard-no-such-program-xyz"], 10)
+    assert isinstance(done, proc.Finished) and done.rc == proc.NOT_FOUND and done.not_started
+
+
 def test_a_session_of_its_own_or_a_group_in_ours():
     """verify's and detect's children have no controlling terminal (a session of their own:
     ssh cannot prompt there); apply's keep our session (sudo's ticket is the terminal's)."""

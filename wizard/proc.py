@@ -2,6 +2,7 @@
 
     env = child_env(PARSED)                      # LC_ALL=C: messages we parse are English
     done = capture(["ssh", "-V"], 5.0, env=env)  # a Finished: rc, stdout, stderr, timed_out
+    later = start(["ssh", "-V"], 5.0, env=env)   # a Started (.result() waits) or a Finished
     code = stream(argv, on_line, env=child_env(STEPS), keep_terminal=True)
 
 Every child gets stdin from /dev/null (or the bytes given), so nothing can wait for a
@@ -24,6 +25,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -163,31 +165,69 @@ def _start(argv: Tuple[str, ...], env: Optional[Mapping[str, str]], cwd: Optiona
     return proc
 
 
-def capture(argv: Sequence[str], timeout: float, *, env: Optional[Mapping[str, str]] = None,
-            stdin: Optional[bytes] = None, merge: bool = False, cwd: Optional[str] = None,
-            keep_terminal: bool = False, running: Optional[Running] = None) -> Finished:
-    """Run argv to its end or its time-out and keep its output. On a time-out, or when the
-    caller is interrupted (Ctrl+C: it did not reach a child in a group of its own), the group
-    is killed; the interrupt goes on."""
+class Started:
+    """A program start() began, to be waited for later: result() gives its Finished, with
+    the time-out counted from the start, so that a program left running while the caller
+    did other work gets no longer than one run at once would have."""
+
+    def __init__(self, proc: subprocess.Popen, argv: Tuple[str, ...], timeout: float,
+                 stdin: Optional[bytes], running: Optional[Running]) -> None:
+        self.argv = argv
+        self._proc = proc
+        self._stdin = stdin
+        self._running = running
+        self._deadline = time.monotonic() + timeout
+
+    def result(self) -> Finished:
+        """Wait for the end or the time-out, then the output. On a time-out, or when the
+        caller is interrupted (Ctrl+C: it did not reach a child in a group of its own), the
+        group is killed; the interrupt goes on."""
+        proc, argv = self._proc, self.argv
+        try:
+            try:
+                out, err = proc.communicate(self._stdin,
+                                            timeout=max(0.0, self._deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                signal_group(proc, signal.SIGKILL, if_running=False)
+                out, err = _reap(proc)
+                return Finished(argv, proc.returncode, _text(out), _text(err), timed_out=True)
+            except BaseException:
+                signal_group(proc, signal.SIGKILL, if_running=False)
+                _reap(proc)
+                raise
+            return Finished(argv, proc.returncode, _text(out), _text(err))
+        finally:
+            if self._running is not None:
+                self._running._remove(proc)
+
+    def kill(self) -> None:
+        """A program nobody will ask for after all: its group is killed and it is reaped."""
+        signal_group(self._proc, signal.SIGKILL, if_running=False)
+        _reap(self._proc)
+        if self._running is not None:
+            self._running._remove(self._proc)
+
+
+def start(argv: Sequence[str], timeout: float, *, env: Optional[Mapping[str, str]] = None,
+          stdin: Optional[bytes] = None, merge: bool = False, cwd: Optional[str] = None,
+          keep_terminal: bool = False, running: Optional[Running] = None
+          ) -> "Started | Finished":
+    """Start argv now and return at once: a Started to wait on, or the Finished of a program
+    that could not start."""
     argv = tuple(argv)
     proc = _start(argv, env, cwd, keep_terminal, stdin, merge, running)
     if isinstance(proc, Finished):
         return proc
-    try:
-        try:
-            out, err = proc.communicate(stdin, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            signal_group(proc, signal.SIGKILL, if_running=False)
-            out, err = _reap(proc)
-            return Finished(argv, proc.returncode, _text(out), _text(err), timed_out=True)
-        except BaseException:
-            signal_group(proc, signal.SIGKILL, if_running=False)
-            _reap(proc)
-            raise
-        return Finished(argv, proc.returncode, _text(out), _text(err))
-    finally:
-        if running is not None:
-            running._remove(proc)
+    return Started(proc, argv, timeout, stdin, running)
+
+
+def capture(argv: Sequence[str], timeout: float, *, env: Optional[Mapping[str, str]] = None,
+            stdin: Optional[bytes] = None, merge: bool = False, cwd: Optional[str] = None,
+            keep_terminal: bool = False, running: Optional[Running] = None) -> Finished:
+    """Run argv to its end or its time-out and keep its output (start(), then its result())."""
+    started = start(argv, timeout, env=env, stdin=stdin, merge=merge, cwd=cwd,
+                    keep_terminal=keep_terminal, running=running)
+    return started if isinstance(started, Finished) else started.result()
 
 
 def stream(argv: Sequence[str], on_line: Callable[[str], None], *,

@@ -9,14 +9,14 @@ from __future__ import annotations
 import glob
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..facts import Note
 from ..inputs import SMALL_FILE_LIMIT, read_bytes
 from ..validate import BadInput
 from ..vocab import DEFAULT_SSH_PORT
 from .notes import note
-from .run import Result, run
+from .run import Result, Started, run, start
 
 # procfs tables that grow with the machine (a line per CPU, socket, route or address)
 TABLE_LIMIT = 64 * 1024 * 1024
@@ -38,6 +38,10 @@ class Context:
     # files that exist but were refused (a FIFO, a device, too large): path -> the reason,
     # for the probes' notes
     refused: Dict[str, str] = field(default_factory=dict)
+    # commands start() began for a probe that will run them later: argv -> its Started
+    # (None: not installed)
+    started: Dict[Tuple[str, ...], Optional[Started]] = field(default_factory=dict, repr=False,
+                                                    compare=False)
 
     @property
     def local(self) -> bool:
@@ -95,10 +99,33 @@ class Context:
         return ["/" + os.path.relpath(h, root) for h in hits]
 
     def run(self, argv: Sequence[str], timeout: Optional[float] = None) -> Optional[Result]:
-        """Run a command (callers check run_commands first); None when it is not installed."""
+        """Run a command (callers check run_commands first); None when it is not installed.
+        A command start() began already is not started again: its result is waited for."""
         if not self.run_commands:
             raise RuntimeError("commands are disabled for this detection")
+        key = tuple(argv)
+        if key in self.started:
+            began = self.started.pop(key, None)
+            return None if began is None else began.result()
         return run(argv, timeout=self.timeout if timeout is None else timeout)
+
+    def start(self, argv: Sequence[str], timeout: Optional[float] = None) -> None:
+        """Start a command a probe will run() later, and return at once, so that it runs while
+        the probes before it do their reading. Nothing starts where commands are off; a
+        program that is not installed is remembered as such for run()."""
+        key = tuple(argv)
+        if self.run_commands and key not in self.started:
+            self.started[key] = start(key, timeout=self.timeout if timeout is None else timeout)
+
+    def stop_started(self) -> None:
+        """Kill what start() began and no probe asked for."""
+        while True:
+            try:
+                _, began = self.started.popitem()
+            except KeyError:  # none left (the probes may still be taking theirs)
+                return
+            if began is not None:
+                began.kill()
 
 
 @dataclass

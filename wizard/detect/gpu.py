@@ -14,12 +14,8 @@ from typing import List, Optional, Tuple
 from ..facts import Gpu
 from ..inputs import ascii_int
 from .base import Context, Found
+from .commands import GPU_QUERY, GPU_TABLE
 
-QUERY = [
-    "nvidia-smi",
-    "--query-gpu=index,name,memory.total,driver_version",
-    "--format=csv,noheader,nounits",
-]
 
 
 def _int(text: str) -> Optional[int]:
@@ -83,11 +79,11 @@ def _device_evidence(ctx: Context) -> bool:
 
 def probe(ctx: Context, found: Found) -> None:
     if ctx.run_commands:
-        res = ctx.run(QUERY)
+        res = ctx.run(GPU_QUERY)
         if res is not None and res.ok:
             gpus = parse_nvidia_smi_csv(res.stdout)
             if gpus:
-                table = ctx.run(["nvidia-smi"])
+                table = ctx.run(GPU_TABLE)
                 cuda = parse_nvidia_smi_cuda(table.stdout) if table is not None and table.ok else ""
                 if not cuda:
                     found.note("gpu.cuda-unknown")

@@ -14,6 +14,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ..facts import Iface
 from .base import TABLE_LIMIT, Context, Found
+from .commands import IP_ADDR
 
 
 def parse_ip_json(text: str) -> Tuple[Iface, ...]:
@@ -118,7 +119,7 @@ def probe(ctx: Context, found: Found) -> None:
     if route is not None:
         found.set("default_iface", parse_proc_net_route(route))
     if ctx.run_commands:
-        res = ctx.run(["ip", "-j", "addr"])
+        res = ctx.run(IP_ADDR)
         if res is not None and res.ok:
             try:
                 found.set("ifaces", parse_ip_json(res.stdout))

@@ -17,6 +17,7 @@ from ..facts import Hca, Note, Port, Rdma
 from ..i18n import N_
 from ..inputs import ascii_int
 from .base import Context, Found
+from .commands import IBV_DEVINFO
 from .gpu import _device_evidence as gpus_present, parse_proc_driver_version
 from .notes import note
 
@@ -318,7 +319,7 @@ def _memlock(ctx: Context, found: Found) -> Tuple[Optional[int], bool, bool]:
 def probe(ctx: Context, found: Found) -> None:
     hcas = read_hcas(ctx)
     if ctx.run_commands:
-        res = ctx.run(["ibv_devinfo"])
+        res = ctx.run(IBV_DEVINFO)
         if res is not None:
             # Without any device, ibv_devinfo says "No IB devices found", or, where the kernel
             # has no RDMA subsystem for this container, "Failed to get IB devices list:

@@ -1,8 +1,9 @@
 """Run one command with a timeout, and nothing else.
 
 `run(["ssh", "-V"])` returns a `Result` (exit code, stdout, stderr), or None when the program
-is not installed. A command that does not finish in time is killed, with everything it
-started, and `CommandTimeout` is raised: the caller turns that into a note.
+is not installed; `start(["ssh", "-V"])` starts it and returns at once, and its `result()`
+is what run() would have returned. A command that does not finish in time is killed, with
+everything it started, and `CommandTimeout` is raised: the caller turns that into a note.
 
 The child gets LC_ALL=C so that the messages we parse ("a password is required") are English,
 stdin from /dev/null so that nothing can wait for a keyboard, and its own session so that a
@@ -60,19 +61,50 @@ def which(program: str) -> Optional[str]:
     return shutil.which(program, path=os.environ.get("PATH", os.defpath))
 
 
+class Started:
+    """A command start() began: result() is what run() would have returned."""
+
+    def __init__(self, argv: Tuple[str, ...], timeout: float,
+                 started: "proc.Started | proc.Finished") -> None:
+        self.argv = argv
+        self.timeout = timeout
+        self._started = started
+
+    def result(self) -> Optional[Result]:
+        done = self._started
+        if isinstance(done, proc.Started):
+            done = done.result()
+        if done.not_started:
+            return None
+        if done.timed_out:
+            raise CommandTimeout(self.argv, self.timeout)
+        return Result(argv=self.argv, rc=done.rc, stdout=done.stdout, stderr=done.stderr)
+
+    def kill(self) -> None:
+        if isinstance(self._started, proc.Started):
+            self._started.kill()
+
+
+def start(
+    argv: Sequence[str],
+    timeout: float = 5.0,
+    env: Optional[Mapping[str, str]] = None,
+) -> Optional[Started]:
+    """Start argv (a list, never a shell string) now and return at once; None when argv[0]
+    is not installed. The timeout counts from now."""
+    argv = tuple(argv)
+    exe = argv[0] if os.sep in argv[0] else which(argv[0])
+    if exe is None or not os.access(exe, os.X_OK) or os.path.isdir(exe):
+        return None
+    started = proc.start((exe,) + argv[1:], timeout, env=proc.child_env(proc.PARSED, base=env))
+    return Started(argv, timeout, started)
+
+
 def run(
     argv: Sequence[str],
     timeout: float = 5.0,
     env: Optional[Mapping[str, str]] = None,
 ) -> Optional[Result]:
-    """Run argv (a list, never a shell string); None when argv[0] is not installed."""
-    argv = tuple(argv)
-    exe = argv[0] if os.sep in argv[0] else which(argv[0])
-    if exe is None or not os.access(exe, os.X_OK) or os.path.isdir(exe):
-        return None
-    done = proc.capture((exe,) + argv[1:], timeout, env=proc.child_env(proc.PARSED, base=env))
-    if done.not_started:
-        return None
-    if done.timed_out:
-        raise CommandTimeout(argv, timeout)
-    return Result(argv=argv, rc=done.rc, stdout=done.stdout, stderr=done.stderr)
+    """Run argv to its end: start(), then its result(). None when argv[0] is not installed."""
+    started = start(argv, timeout, env)
+    return None if started is None else started.result()

@@ -12,11 +12,11 @@ import re
 from typing import Dict, List, Optional, Tuple
 
 from .base import Context, Found
+from .commands import (MPIRUN_VERSION, OMPI_INFO, SSH_VERSION, UCX_DEVICES, UCX_VERSION,
+                       find_sshd, package_queries, sshd_version)
 from .listening import listening_sockets
 from .target_python import (TargetPython, dist_version, find_target_python, first_dist_info,
                             listing)
-
-SSHD_PLACES = ("usr/sbin/sshd", "usr/local/sbin/sshd", "sbin/sshd", "usr/bin/sshd")
 
 TORCH_SCRIPT = r"""
 # Reads what is installed without importing torch: an import costs seconds and gigabytes
@@ -223,22 +223,11 @@ def parse_rpm_qa(text: str) -> Dict[str, str]:
 
 # --- probes ------------------------------------------------------------------------------
 
-def find_sshd(ctx: Context) -> str:
-    for rel in SSHD_PLACES:
-        if ctx.exists(rel):
-            return "/" + rel
-    if ctx.local and ctx.run_commands:
-        from .run import which
-
-        return which("sshd") or ""
-    return ""
-
-
 def probe_ssh(ctx: Context, found: Found) -> None:
     """The ssh client's version."""
     if not ctx.run_commands:
         return
-    res = ctx.run(["ssh", "-V"])
+    res = ctx.run(SSH_VERSION)
     if res is not None:
         version = parse_ssh_version(res.output)
         found.set("software.ssh_version", version)
@@ -262,11 +251,11 @@ def probe_sshd(ctx: Context, found: Found) -> None:
     found.set("software.sshd_path", sshd)
     if not (ctx.run_commands and sshd):
         return
-    exe = sshd if ctx.local else "sshd"
-    res = ctx.run([exe, "-V"])
+    version_argv = sshd_version(ctx, sshd)
+    res = ctx.run(version_argv)
     version = parse_sshd_version(res.output) if res is not None else ""
     if res is not None and not version:
-        res = ctx.run([exe, "-h"])
+        res = ctx.run([version_argv[0], "-h"])
         version = parse_sshd_version(res.output) if res is not None else ""
     if not version:
         found.note("ssh.sshd-version-unknown", sshd=sshd)
@@ -276,14 +265,14 @@ def probe_sshd(ctx: Context, found: Found) -> None:
 def probe_mpi(ctx: Context, found: Found) -> None:
     if not ctx.run_commands:
         return
-    res = ctx.run(["mpirun", "--version"])
+    res = ctx.run(MPIRUN_VERSION)
     flavour = version = ""
     if res is not None:
         flavour, version = parse_mpirun_version(res.output)
         if not flavour:
             found.note("mpi.unknown", output=res.first_line())
     if flavour in ("openmpi", "") and (ctx.mpi_components or not flavour):
-        info = ctx.run(["ompi_info"])
+        info = ctx.run(OMPI_INFO)
         if info is not None and info.ok:
             parsed = parse_ompi_info(info.stdout)
             found.set("software.ompi_pml", parsed["pml"])
@@ -299,14 +288,14 @@ def probe_mpi(ctx: Context, found: Found) -> None:
 def probe_ucx(ctx: Context, found: Found) -> None:
     if not ctx.run_commands:
         return
-    res = ctx.run(["ucx_info", "-v"])
+    res = ctx.run(UCX_VERSION)
     if res is None:
         return
     version = parse_ucx_version(res.output)
     if not version:
         found.note("ucx.version-unknown", output=res.first_line())
     found.set("software.ucx_version", version)
-    dev = ctx.run(["ucx_info", "-d"])
+    dev = ctx.run(UCX_DEVICES)
     if dev is not None and dev.ok:
         found.set("software.ucx_transports", parse_ucx_transports(dev.stdout))
     elif dev is not None:
@@ -339,17 +328,9 @@ def probe_torch(ctx: Context, found: Found) -> None:
 def probe_packages(ctx: Context, found: Found) -> None:
     if not ctx.run_commands:
         return
-    dpkg = ["dpkg-query", "-W", "-f=${Package}\t${db:Status-Abbrev}\t${Version}\n"]
-    rpm = ["rpm", "-qa", "--qf", "%{NAME}\t%{VERSION}-%{RELEASE}\n"]
-    if not ctx.local:  # ask about the sysroot's package database, not this machine's
-        dpkg.insert(1, f"--admindir={ctx.path('var/lib/dpkg')}")
-        rpm[1:1] = ["--root", ctx.path("")]
-    dbs = {"dpkg": ("var/lib/dpkg/status",), "rpm": ("var/lib/rpm", "usr/lib/sysimage/rpm")}
     tried = []
-    for argv, parse in ((dpkg, parse_dpkg_query), (rpm, parse_rpm_qa)):
-        tool = "dpkg" if parse is parse_dpkg_query else "rpm"
-        if not any(ctx.exists(db) for db in dbs[tool]):
-            continue  # no database: the tool could only answer "nothing installed"
+    for tool, argv in package_queries(ctx):
+        parse = parse_dpkg_query if tool == "dpkg" else parse_rpm_qa
         res = ctx.run(argv)
         if res is None:
             tried.append(f"{tool}'s database is here but `{argv[0]}` is not")

@@ -28,6 +28,7 @@ from typing import Optional, Tuple
 
 from ..facts import UserInfo
 from .base import Context, Found
+from .commands import SUDO_VALIDATE
 from .run import CommandTimeout, Result
 
 
@@ -95,7 +96,7 @@ def fallback_name(uid: int) -> str:
 
 def sudo_kind(ctx: Context) -> Tuple[str, str]:
     """Ask sudo (never prompting): the kind, and for "denied" why, in sudo's words."""
-    validate = ctx.run(["sudo", "-n", "-v"])
+    validate = ctx.run(SUDO_VALIDATE)
     if validate is None:
         return "none", ""
     v = read_sudo(validate)
