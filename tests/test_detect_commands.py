@@ -268,6 +268,46 @@ def test_no_sudo_for_a_normal_user(tmp_path, fakebin, monkeypatch):
     assert detect(str(machine(tmp_path)), run_commands=True).user.sudo == "none"
 
 
+def _logging_sudo(fb: FakeBin, log: Path, validate_rc: int, validate_err: str) -> None:
+    """sudo that writes each question to log, and answers -n -v with validate_rc."""
+    script = fb.path / "sudo"
+    script.write_text("#!/bin/sh\n"
+                      f'echo "$*" >> {shlex.quote(str(log))}\n'
+                      f'if [ "$*" = "-n -v" ]; then printf %s {shlex.quote(validate_err)} >&2; '
+                      f"exit {validate_rc}; fi\nexit 0\n")
+    script.chmod(0o755)
+
+
+@pytest.mark.parametrize("uid, asked", [
+    (4321, ["-n -v"]),  # denied: the second question is not asked, ahead or later
+    (0, []),  # root asks sudo nothing
+])
+def test_sudo_is_asked_what_it_was_before_and_once(tmp_path, fakebin, monkeypatch, uid, asked):
+    log = tmp_path / "sudo.log"
+    log.write_text("")
+    _logging_sudo(fakebin, log, 1,
+                  "ana is not in the sudoers file.  This incident will be reported.\n")
+    monkeypatch.setattr(user_probe.os, "getuid", lambda: uid)
+    f = detect(str(machine(tmp_path)), run_commands=True)
+    assert log.read_text().splitlines() == asked
+    assert f.user.sudo == ("denied" if uid else "root")
+
+
+def test_a_command_a_probe_ran_is_not_started_again(tmp_path, fakebin):
+    """Whoever comes first: a probe taken on by another thread may ask before the start."""
+    from hpcwizard.detect.base import Context
+
+    log = tmp_path / "sudo.log"
+    log.write_text("")
+    _logging_sudo(fakebin, log, 0, "")
+    ctx = Context(run_commands=True)
+    assert ctx.run(["sudo", "-n", "-v"]).ok
+    ctx.start(["sudo", "-n", "-v"])
+    ctx.stop_started()
+    ctx.start(["sudo", "-n", "true"])  # after stop(): nothing starts
+    assert log.read_text().splitlines() == ["-n -v"] and ctx.ahead.waiting() == []
+
+
 # --- failures, hangs, concurrency --------------------------------------------------------
 
 def test_hanging_command_becomes_a_note_and_detect_returns(tmp_path, fakebin):
@@ -381,21 +421,47 @@ def stuck_probe():
 def test_probe_that_never_finishes_is_cut_off(monkeypatch, stuck_probe):
     probe, release = stuck_probe
     monkeypatch.setattr(core, "PROBES", list(core.PROBES) + [probe])
-    f = detect(str(SYSROOTS / "debian12"), timeout=0.2)  # deadline: 8 x 0.2 + 1 = 2.6 s
+    f = detect(str(SYSROOTS / "debian12"), timeout=0.2)  # deadline: 4 x 0.2 + 1 = 1.8 s
     assert not release.is_set()  # detect returned while the probe was still stuck
     assert any("the stuck thing did not finish" in n for n in f.notes)
     assert f.cpus == 4
 
 
-def test_a_stuck_probe_does_not_hold_up_the_ones_after_it(monkeypatch, stuck_probe):
-    """The probes run in turn; the ones after a stuck one are taken on by another thread."""
+def test_a_stuck_probe_does_not_hold_up_the_ones_after_it(tmp_path, fakebin, monkeypatch,
+                                                          stuck_probe):
+    """The probes run in turn; the ones after a stuck one are taken on by another thread, and
+    the programs started for them at the start are read, though their time-out has passed
+    by the time they are asked for."""
+    fakebin.add("ssh", ("-V", "", out("ssh-V_debian12.txt"), 0))
+    fakebin.add("mpirun", ("--version", out("mpirun_mpich-4.0.txt"), "", 0))
+    fakebin.add("ip", ("-j addr", out("ip-j-addr.json"), "", 0))
     probe, release = stuck_probe
     monkeypatch.setattr(core, "PROBES", [probe] + list(core.PROBES))
-    f = detect(str(SYSROOTS / "debian12"), timeout=0.2)
+    # timeout 1 s: the others are taken on after 3 s without an answer, the deadline is 5 s
+    f = detect(str(machine(tmp_path)), run_commands=True, timeout=1.0)
     assert not release.is_set()
     assert any("the stuck thing did not finish" in n for n in f.notes)
     assert f.cpus == 4 and f.os.family == "debian"  # every other probe still answered
+    assert f.software.ssh_version == "OpenSSH_9.2p1" and f.software.mpi_flavour == "mpich"
+    assert [i.name for i in f.ifaces] == ["lo", "eth0", "ib0"]
     assert not any("did not finish" in n for n in f.notes if "stuck thing" not in n)
+
+
+def test_a_hung_program_costs_only_its_own_facts(tmp_path, fakebin):
+    """nvidia-smi hangs (a wedged driver): its probe waits out the time-out, and the probes
+    after it still get the programs that finished meanwhile."""
+    fakebin.add("nvidia-smi", ("*", "", "", 0, 30))
+    fakebin.add("ssh", ("-V", "", out("ssh-V_debian12.txt"), 0))
+    fakebin.add("mpirun", ("--version", out("mpirun_mpich-4.0.txt"), "", 0))
+    fakebin.add("ucx_info", ("-v", out("ucx_info-v_1.13.1.txt"), "", 0), ("-d", "", "", 0))
+    fakebin.add("ip", ("-j addr", out("ip-j-addr.json"), "", 0))
+    f = detect(str(machine(tmp_path)), run_commands=True, timeout=1.0)
+    late = [n for n in f.notes if "did not finish" in n]
+    assert len(late) == 1 and "nvidia-smi" in late[0], late
+    assert f.software.ssh_version == "OpenSSH_9.2p1" and f.software.mpi_flavour == "mpich"
+    assert f.software.ucx_version == "1.13.1" and f.gpus == ()
+    assert [i.name for i in f.ifaces] == ["lo", "eth0", "ib0"]
+    assert not _running(str(fakebin.path / "nvidia-smi"))  # both of its runs are gone
 
 
 def test_unknown_fact_from_a_probe_is_a_note_not_a_crash(monkeypatch):
@@ -416,13 +482,13 @@ def test_a_program_found_missing_ahead_is_not_looked_up_again(fakebin, monkeypat
 
     ctx = Context(run_commands=True)
     ctx.start(["ssh", "-V"])  # PATH holds only the (empty) fakes
-    assert ctx.started == {("ssh", "-V"): None}
+    assert ctx.ahead.waiting() == [("ssh", "-V")]
 
     def no_second_look(*args, **kwargs):
         raise AssertionError("looked up again")
 
     monkeypatch.setattr(base, "run", no_second_look)
-    assert ctx.run(["ssh", "-V"]) is None and ctx.started == {}
+    assert ctx.run(["ssh", "-V"]) is None and ctx.ahead.waiting() == []
 
 
 def test_nothing_starts_ahead_where_commands_are_off(tmp_path, fakebin):
@@ -432,4 +498,4 @@ def test_nothing_starts_ahead_where_commands_are_off(tmp_path, fakebin):
     fakebin.add("ssh", ("-V", "", out("ssh-V_debian12.txt"), 0))
     ctx = Context(sysroot=str(machine(tmp_path)), run_commands=False)
     commands.start(ctx)
-    assert ctx.started == {}
+    assert ctx.ahead.waiting() == []

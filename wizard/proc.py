@@ -165,10 +165,16 @@ def _start(argv: Tuple[str, ...], env: Optional[Mapping[str, str]], cwd: Optiona
     return proc
 
 
+# What a program asked for after its time-out has passed still gets: one that has ended is
+# read, not called hung, and one that stopped on a full pipe (nobody read it yet) can finish.
+LATE_GRACE = 1.0
+
+
 class Started:
     """A program start() began, to be waited for later: result() gives its Finished, with
     the time-out counted from the start, so that a program left running while the caller
-    did other work gets no longer than one run at once would have."""
+    did other work gets no longer than one run at once would have (and LATE_GRACE more
+    when it is asked for late)."""
 
     def __init__(self, proc: subprocess.Popen, argv: Tuple[str, ...], timeout: float,
                  stdin: Optional[bytes], running: Optional[Running]) -> None:
@@ -185,8 +191,8 @@ class Started:
         proc, argv = self._proc, self.argv
         try:
             try:
-                out, err = proc.communicate(self._stdin,
-                                            timeout=max(0.0, self._deadline - time.monotonic()))
+                out, err = proc.communicate(
+                    self._stdin, timeout=max(LATE_GRACE, self._deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 signal_group(proc, signal.SIGKILL, if_running=False)
                 out, err = _reap(proc)

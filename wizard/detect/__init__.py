@@ -1,4 +1,5 @@
-"""How do we learn what this machine is? `detect()` runs small probes concurrently.
+"""How do we learn what this machine is? `detect()` starts the programs it asks first, then
+runs small probes in turn while those run (core, commands).
 
     from hpcwizard.detect import detect
     facts = detect()                       # this machine, commands included

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import glob
 import os
+import threading
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from ..facts import Note
 from ..inputs import SMALL_FILE_LIMIT, read_bytes
@@ -38,10 +39,8 @@ class Context:
     # files that exist but were refused (a FIFO, a device, too large): path -> the reason,
     # for the probes' notes
     refused: Dict[str, str] = field(default_factory=dict)
-    # commands start() began for a probe that will run them later: argv -> its Started
-    # (None: not installed)
-    started: Dict[Tuple[str, ...], Optional[Started]] = field(default_factory=dict, repr=False,
-                                                    compare=False)
+    # the commands started ahead of the probes that will run them (detect.commands)
+    ahead: "Ahead" = field(default_factory=lambda: Ahead(), repr=False, compare=False)
 
     @property
     def local(self) -> bool:
@@ -103,29 +102,63 @@ class Context:
         A command start() began already is not started again: its result is waited for."""
         if not self.run_commands:
             raise RuntimeError("commands are disabled for this detection")
-        key = tuple(argv)
-        if key in self.started:
-            began = self.started.pop(key, None)
+        taken, began = self.ahead.take(tuple(argv))
+        if taken:
             return None if began is None else began.result()
         return run(argv, timeout=self.timeout if timeout is None else timeout)
 
     def start(self, argv: Sequence[str], timeout: Optional[float] = None) -> None:
         """Start a command a probe will run() later, and return at once, so that it runs while
-        the probes before it do their reading. Nothing starts where commands are off; a
-        program that is not installed is remembered as such for run()."""
-        key = tuple(argv)
-        if self.run_commands and key not in self.started:
-            self.started[key] = start(key, timeout=self.timeout if timeout is None else timeout)
+        the probes before it do their reading. Nothing starts where commands are off, or
+        for a command a probe has asked for already."""
+        if self.run_commands:
+            self.ahead.start(tuple(argv), self.timeout if timeout is None else timeout)
 
     def stop_started(self) -> None:
-        """Kill what start() began and no probe asked for."""
-        while True:
-            try:
-                _, began = self.started.popitem()
-            except KeyError:  # none left (the probes may still be taking theirs)
+        """Kill what start() began and no probe asked for; start nothing from now on."""
+        self.ahead.stop()
+
+
+class Ahead:
+    """The commands started ahead of the probes that run them, shared by the threads that
+    start and run them: each command starts once at most, whoever comes first (a probe
+    that runs it is not followed by a second start, which for `sudo -n -v` would log a
+    second refusal), and nothing starts after stop()."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._started: Dict[Tuple[str, ...], Optional[Started]] = {}  # None: not installed
+        self._asked: Set[Tuple[str, ...]] = set()
+        self._stopped = False
+
+    def start(self, argv: Tuple[str, ...], timeout: float) -> None:
+        # The lock is held while the program starts: a probe asking for it meanwhile waits
+        # the millisecond that takes instead of running it a second time.
+        with self._lock:
+            if self._stopped or argv in self._started or argv in self._asked:
                 return
-            if began is not None:
-                began.kill()
+            self._started[argv] = start(argv, timeout=timeout)
+
+    def take(self, argv: Tuple[str, ...]) -> Tuple[bool, Optional[Started]]:
+        """(whether it was started ahead, its Started: None when not installed)."""
+        with self._lock:
+            self._asked.add(argv)
+            if argv not in self._started:
+                return False, None
+            return True, self._started.pop(argv)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            left = [began for began in self._started.values() if began is not None]
+            self._started.clear()
+        for began in left:
+            began.kill()
+
+    def waiting(self) -> List[Tuple[str, ...]]:
+        """The commands started (or found missing) that no probe has taken yet."""
+        with self._lock:
+            return list(self._started)
 
 
 @dataclass

@@ -192,12 +192,15 @@ def detect(
         notes.append(note("detect.no-commands") if local
                      else note("detect.no-commands-sysroot", sysroot=sysroot))
     probes = list(PROBES)
-    # Each command is bounded by `timeout`; those started first count from the start, all
-    # together. After them comes at most a run of the ones asked later (detect.commands),
-    # never seven in one detection, and no probe asks more than two in a row.
-    deadline = timeout * 8 + 1.0
-    results = run_in_turn(probes, ctx, deadline, stall=timeout * 2 + 1.0)
-    ctx.stop_started()  # what no probe asked for: ompi_info where mpirun is MPICH's, say
+    # Each command is bounded by `timeout`, and those started first run all together; after
+    # them a detection meets at most a few of the ones asked later (detect.commands), each
+    # only after an answer (torch's python3, sudo's second question, sshd -h, rpm). No probe
+    # asks two in a row that are not started first, so one is stuck after twice that.
+    deadline = timeout * 4 + 1.0
+    try:
+        results = run_in_turn(probes, ctx, deadline, stall=timeout * 2 + 1.0)
+    finally:  # an interrupt included: nothing started ahead is left behind
+        ctx.stop_started()  # what no probe asked for: ompi_info where mpirun is MPICH's, say
     founds = []
     for probe, found in zip(probes, results):
         founds.append(found if found is not None else

@@ -1,7 +1,8 @@
 """What is installed: ssh/sshd (and is the SSH port served), MPI, UCX, PyTorch/NCCL, packages.
 
-Several probes live here, one per program family, so that they run concurrently. torch is
-never imported: its version and NCCL's are read from the files on the target python3's path
+Several probes live here, one per program family, each a fact of its own (a probe that
+fails costs only its own); their programs start ahead of them (commands). torch is never
+imported: its version and NCCL's are read from the files on the target python3's path
 (target_python), and only where those cannot tell is a separate `python3` asked.
 """
 from __future__ import annotations
