@@ -157,7 +157,7 @@ def run_in_turn(probes: Sequence[Probe], ctx: Context, deadline: float,
                 stuck = bool(left)  # nothing ended for `stall`, and probes are waiting
             if stuck:
                 spawn()
-    return results
+    return list(results)  # a copy: a stuck probe that ends late changes nothing returned
 
 
 def detect(
@@ -171,8 +171,8 @@ def detect(
     """What is this machine (or the tree at sysroot)? Never raises for what it finds.
 
     run_commands defaults to True only for sysroot "/": programs on PATH describe this
-    machine, not a tree mounted elsewhere. timeout bounds each command (PyTorch's import
-    gets three times as long); the whole detection is bounded too. mpi_components=False
+    machine, not a tree mounted elsewhere. timeout bounds each command; the whole
+    detection is bounded too (4 x timeout + 1 s). mpi_components=False
     leaves Open MPI's component lists (software.ompi_pml, ompi_btl) empty: a plan that
     does not use UCX needs no ompi_info.
     """
