@@ -303,9 +303,50 @@ def test_a_command_a_probe_ran_is_not_started_again(tmp_path, fakebin):
     ctx = Context(run_commands=True)
     assert ctx.run(["sudo", "-n", "-v"]).ok
     ctx.start(["sudo", "-n", "-v"])
+    assert ctx.ahead.waiting() == []  # not started again
     ctx.stop_started()
-    ctx.start(["sudo", "-n", "true"])  # after stop(): nothing starts
+    ctx.start(["sudo", "-n", "true"])  # after stop(): nothing starts, ahead or asked for
+    assert ctx.run(["sudo", "-n", "true"]) is None
     assert log.read_text().splitlines() == ["-n -v"] and ctx.ahead.waiting() == []
+
+
+def test_a_start_held_up_holds_up_nothing_else(tmp_path, fakebin, monkeypatch):
+    """A program whose start hangs (its binary on a hung mount) holds up neither the other
+    commands nor stop(); once it starts after stop() it is killed at once."""
+    from hpcwizard.detect import base
+    from hpcwizard.detect.base import Context
+
+    log = tmp_path / "ran.log"
+    log.write_text("")
+    for name in ("ssh", "ip"):
+        script = fakebin.path / name
+        script.write_text(f"#!/bin/sh\necho {name} >> {shlex.quote(str(log))}\n{SLEEP} 60\n")
+        script.chmod(0o755)
+    release = threading.Event()
+    real_start = base.start
+
+    def slow_start(argv, *args, **kwargs):
+        if argv[0] == "ssh":
+            release.wait(60)
+        return real_start(argv, *args, **kwargs)
+
+    monkeypatch.setattr(base, "start", slow_start)
+    ctx = Context(run_commands=True, timeout=30.0)
+    try:
+        starter = threading.Thread(target=ctx.start, args=(("ssh", "-V"),), daemon=True)
+        starter.start()
+        while ("ssh", "-V") not in ctx.ahead.waiting():
+            time.sleep(0.02)
+        ctx.start(("ip", "-j", "addr"))  # not held up by ssh's start
+        assert ("ip", "-j", "addr") in ctx.ahead.waiting()
+        ctx.stop_started()  # returns though ssh's start is still held up
+        assert not release.is_set()
+    finally:
+        release.set()
+    starter.join(30)
+    assert not starter.is_alive()
+    assert _ends(str(fakebin.path / "ssh")) and _ends(str(fakebin.path / "ip"))
+    assert "ssh" not in log.read_text().split()  # it started after stop(): killed unborn
 
 
 # --- failures, hangs, concurrency --------------------------------------------------------
@@ -373,7 +414,17 @@ def test_each_program_runs_once_and_one_nobody_asks_for_is_stopped(tmp_path, fak
     assert f.software.ssh_version == "OpenSSH_9.2p1" and f.software.mpi_flavour == "mpich"
     assert [i.name for i in f.ifaces] == ["lo", "eth0", "ib0"]
     assert "ompi_info" in started  # it was started ahead, and no probe asked for it
-    assert not _running(str(ompi_info))
+    assert _ends(str(ompi_info))
+
+
+def _ends(script: str) -> bool:
+    """No process runs script, within 10 s: a kill is sent without waiting for it to land."""
+    end = time.monotonic() + 10
+    while _running(script):
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def _running(script: str) -> list:
@@ -437,7 +488,7 @@ def test_a_stuck_probe_does_not_hold_up_the_ones_after_it(tmp_path, fakebin, mon
     fakebin.add("ip", ("-j addr", out("ip-j-addr.json"), "", 0))
     probe, release = stuck_probe
     monkeypatch.setattr(core, "PROBES", [probe] + list(core.PROBES))
-    # timeout 1 s: the others are taken on after 3 s without an answer, the deadline is 5 s
+    # timeout 1 s: the others are taken on after a quarter of a second, the deadline is 5 s
     f = detect(str(machine(tmp_path)), run_commands=True, timeout=1.0)
     assert not release.is_set()
     assert any("the stuck thing did not finish" in n for n in f.notes)
@@ -445,6 +496,25 @@ def test_a_stuck_probe_does_not_hold_up_the_ones_after_it(tmp_path, fakebin, mon
     assert f.software.ssh_version == "OpenSSH_9.2p1" and f.software.mpi_flavour == "mpich"
     assert [i.name for i in f.ifaces] == ["lo", "eth0", "ib0"]
     assert not any("did not finish" in n for n in f.notes if "stuck thing" not in n)
+
+
+def test_many_hung_programs_cost_only_their_own_probes(tmp_path, fakebin):
+    """Six programs hang: each of their probes waits out its own time-out side by side with
+    the others, and every probe still answers before the deadline (4 x 1 + 1 s)."""
+    for name in ("nvidia-smi", "ibv_devinfo", "mpirun", "ucx_info", "ssh", "ip"):
+        fakebin.add(name, ("*", "", "", 0, 30))
+    fakebin.add("dpkg-query", ("*", out("dpkg-query.txt"), "", 0))
+    r = machine(tmp_path)
+    (r / "var/lib/dpkg").mkdir(parents=True, exist_ok=True)
+    (r / "var/lib/dpkg/status").write_text("Package: dpkg\n")
+    f = detect(str(r), run_commands=True, timeout=1.0)
+    late = [n for n in f.notes if "did not finish within 1 s" in n]
+    assert len(late) == 6, late  # one for each program: `nvidia-smi ...` ... `ip -j addr`
+    assert not any(n.startswith("Checking") and "did not finish" in n for n in f.notes)
+    assert f.software.packages["openmpi-bin"] == "4.1.4-3+b1"  # after them, still answered
+    assert f.cpus == 4 and f.os.family == "debian"
+    for name in ("nvidia-smi", "ibv_devinfo", "mpirun", "ucx_info", "ssh", "ip"):
+        assert _ends(str(fakebin.path / name)), name
 
 
 def test_a_hung_program_costs_only_its_own_facts(tmp_path, fakebin):
@@ -461,7 +531,7 @@ def test_a_hung_program_costs_only_its_own_facts(tmp_path, fakebin):
     assert f.software.ssh_version == "OpenSSH_9.2p1" and f.software.mpi_flavour == "mpich"
     assert f.software.ucx_version == "1.13.1" and f.gpus == ()
     assert [i.name for i in f.ifaces] == ["lo", "eth0", "ib0"]
-    assert not _running(str(fakebin.path / "nvidia-smi"))  # both of its runs are gone
+    assert _ends(str(fakebin.path / "nvidia-smi"))  # both of its runs are gone
 
 
 def test_unknown_fact_from_a_probe_is_a_note_not_a_crash(monkeypatch):

@@ -182,6 +182,7 @@ class Started:
         self._proc = proc
         self._stdin = stdin
         self._running = running
+        self._timeout = timeout
         self._deadline = time.monotonic() + timeout
 
     def result(self) -> Finished:
@@ -191,8 +192,8 @@ class Started:
         proc, argv = self._proc, self.argv
         try:
             try:
-                out, err = proc.communicate(
-                    self._stdin, timeout=max(LATE_GRACE, self._deadline - time.monotonic()))
+                out, err = proc.communicate(self._stdin, timeout=max(
+                    self._deadline - time.monotonic(), min(LATE_GRACE, self._timeout)))
             except subprocess.TimeoutExpired:
                 signal_group(proc, signal.SIGKILL, if_running=False)
                 out, err = _reap(proc)

@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
+from .. import proc
 from ..facts import Note
 from ..inputs import SMALL_FILE_LIMIT, read_bytes
 from ..validate import BadInput
@@ -105,7 +106,8 @@ class Context:
         taken, began = self.ahead.take(tuple(argv))
         if taken:
             return None if began is None else began.result()
-        return run(argv, timeout=self.timeout if timeout is None else timeout)
+        return run(argv, timeout=self.timeout if timeout is None else timeout,
+                   running=self.ahead.running)
 
     def start(self, argv: Sequence[str], timeout: Optional[float] = None) -> None:
         """Start a command a probe will run() later, and return at once, so that it runs while
@@ -121,44 +123,69 @@ class Context:
 
 class Ahead:
     """The commands started ahead of the probes that run them, shared by the threads that
-    start and run them: each command starts once at most, whoever comes first (a probe
-    that runs it is not followed by a second start, which for `sudo -n -v` would log a
-    second refusal), and nothing starts after stop()."""
+    start and run them. Each command starts once at most, whoever comes first: a probe
+    that ran it is not followed by a second start (for `sudo -n -v`, a second logged
+    refusal). Every program of the detection, started ahead or not, is in `running`:
+    stop() kills them all at once and nothing starts after it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._started: Dict[Tuple[str, ...], Optional[Started]] = {}  # None: not installed
+        self._entries: Dict[Tuple[str, ...], _Entry] = {}
         self._asked: Set[Tuple[str, ...]] = set()
-        self._stopped = False
+        self.running = proc.Running()
 
     def start(self, argv: Tuple[str, ...], timeout: float) -> None:
-        # The lock is held while the program starts: a probe asking for it meanwhile waits
-        # the millisecond that takes instead of running it a second time.
         with self._lock:
-            if self._stopped or argv in self._started or argv in self._asked:
+            if self.running.stopped or argv in self._entries or argv in self._asked:
                 return
-            self._started[argv] = start(argv, timeout=timeout)
+            entry = self._entries[argv] = _Entry()
+        # Outside the lock: a program on a hung mount holds up its own probe, not the rest.
+        try:
+            entry.started = start(argv, timeout=timeout, running=self.running)
+        finally:
+            entry.ready.set()
 
     def take(self, argv: Tuple[str, ...]) -> Tuple[bool, Optional[Started]]:
-        """(whether it was started ahead, its Started: None when not installed)."""
+        """(whether the probe is answered here, the Started to wait on: None when the program
+        is not installed, or when the detection is over and nothing more may run)."""
         with self._lock:
             self._asked.add(argv)
-            if argv not in self._started:
-                return False, None
-            return True, self._started.pop(argv)
+            if self.running.stopped:
+                return True, None
+            entry = self._entries.pop(argv, None)
+        if entry is None:
+            return False, None
+        entry.ready.wait()  # its start is under way in another thread
+        return True, entry.started
 
     def stop(self) -> None:
+        self.running.stop()  # SIGKILL to every group, without waiting for any
         with self._lock:
-            self._stopped = True
-            left = [began for began in self._started.values() if began is not None]
-            self._started.clear()
-        for began in left:
-            began.kill()
+            left = list(self._entries.values())
+            self._entries.clear()
+        if left:  # reaped aside: a process the kill cannot end yet (D state) holds up nothing
+            threading.Thread(target=_reap_unasked, args=(left,), daemon=True,
+                             name="hpcwizard-detect-reap").start()
 
     def waiting(self) -> List[Tuple[str, ...]]:
         """The commands started (or found missing) that no probe has taken yet."""
         with self._lock:
-            return list(self._started)
+            return list(self._entries)
+
+
+class _Entry:
+    """A command Ahead is starting or has started: ready once started is set."""
+
+    def __init__(self) -> None:
+        self.ready = threading.Event()
+        self.started: Optional[Started] = None
+
+
+def _reap_unasked(entries: List[_Entry]) -> None:
+    for entry in entries:
+        entry.ready.wait()
+        if entry.started is not None:
+            entry.started.kill()
 
 
 @dataclass

@@ -9,6 +9,8 @@ and parse in turn, in one thread, while the programs run on the other cores: the
 is about that of the Python work or of the slowest program, not their sum. One thread rather
 than one per probe: sixteen threads handed the interpreter lock to one another on every
 file read, and that cost more than the waits they overlapped (15 ms of 60, on two cores).
+Only where a probe waits a quarter of a second or more (on ompi_info, on a program that
+hangs) do more threads take on the probes after it.
 """
 from __future__ import annotations
 
@@ -114,15 +116,22 @@ def merge(founds: Sequence[Found], notes: Sequence[Note] = ()) -> Facts:
     return Facts(**top, notes=tuple(all_notes), warnings=tuple(warnings))
 
 
+# Longer than a probe takes when its programs answer (a few ms; ompi_info or nvidia-smi
+# where they are installed, a few tenths): a probe with no answer for this long is waiting
+# on something, and the ones after it go on in another thread.
+STALL = 0.25
+
+
 def run_in_turn(probes: Sequence[Probe], ctx: Context, deadline: float,
-                stall: float) -> List[Optional[Found]]:
+                stall: float = STALL) -> List[Optional[Found]]:
     """Start the commands (detect.commands), then run the probes one after another in a
     thread; each one's Found, None for those the deadline cut off.
 
-    A probe that takes longer than `stall` without its commands' time-outs to explain it
-    (a read from a hung network file system, say) does not hold up the ones after it:
-    another thread takes them on. Daemon threads, so that a probe still stuck past the
-    deadline cannot hold up the exit."""
+    Whenever no probe has ended for `stall` seconds (one waits on a program that hangs, or
+    on a read from a hung network file system), another thread takes on the next probes:
+    what hangs costs only the probes waiting on it, as when each probe had a thread, while
+    a detection where everything answers runs in one. Daemon threads, so that a probe still
+    stuck past the deadline cannot hold up the exit."""
     results: List[Optional[Found]] = [None] * len(probes)
     lock = threading.Lock()
     progress = threading.Event()
@@ -152,7 +161,7 @@ def run_in_turn(probes: Sequence[Probe], ctx: Context, deadline: float,
             break
         if progress.wait(min(stall, remaining)):
             progress.clear()
-        else:
+        elif time.monotonic() < end:
             with lock:
                 stuck = bool(left)  # nothing ended for `stall`, and probes are waiting
             if stuck:
@@ -192,15 +201,15 @@ def detect(
         notes.append(note("detect.no-commands") if local
                      else note("detect.no-commands-sysroot", sysroot=sysroot))
     probes = list(PROBES)
-    # Each command is bounded by `timeout`, and those started first run all together; after
-    # them a detection meets at most a few of the ones asked later (detect.commands), each
-    # only after an answer (torch's python3, sudo's second question, sshd -h, rpm). No probe
-    # asks two in a row that are not started first, so one is stuck after twice that.
+    # Longest chain inside one probe: a few commands in a row, each bounded by `timeout`;
+    # the probes waiting on something do so side by side (run_in_turn).
     deadline = timeout * 4 + 1.0
     try:
-        results = run_in_turn(probes, ctx, deadline, stall=timeout * 2 + 1.0)
+        results = run_in_turn(probes, ctx, deadline)
     finally:  # an interrupt included: nothing started ahead is left behind
-        ctx.stop_started()  # what no probe asked for: ompi_info where mpirun is MPICH's, say
+        # what no probe asked for (ompi_info where mpirun is MPICH's), and what still runs
+        # past the deadline
+        ctx.stop_started()
     founds = []
     for probe, found in zip(probes, results):
         founds.append(found if found is not None else

@@ -89,14 +89,16 @@ def start(
     argv: Sequence[str],
     timeout: float = 5.0,
     env: Optional[Mapping[str, str]] = None,
+    running: Optional[proc.Running] = None,
 ) -> Optional[Started]:
     """Start argv (a list, never a shell string) now and return at once; None when argv[0]
-    is not installed. The timeout counts from now."""
+    is not installed, or running was stopped. The timeout counts from now."""
     argv = tuple(argv)
     exe = argv[0] if os.sep in argv[0] else which(argv[0])
     if exe is None or not os.access(exe, os.X_OK) or os.path.isdir(exe):
         return None
-    started = proc.start((exe,) + argv[1:], timeout, env=proc.child_env(proc.PARSED, base=env))
+    started = proc.start((exe,) + argv[1:], timeout, env=proc.child_env(proc.PARSED, base=env),
+                         running=running)
     return Started(argv, timeout, started)
 
 
@@ -104,7 +106,9 @@ def run(
     argv: Sequence[str],
     timeout: float = 5.0,
     env: Optional[Mapping[str, str]] = None,
+    running: Optional[proc.Running] = None,
 ) -> Optional[Result]:
-    """Run argv to its end: start(), then its result(). None when argv[0] is not installed."""
-    started = start(argv, timeout, env)
+    """Run argv to its end: start(), then its result(). None when argv[0] is not installed
+    (or running was stopped)."""
+    started = start(argv, timeout, env, running)
     return None if started is None else started.result()
