@@ -117,7 +117,8 @@ class Context:
             self.ahead.start(tuple(argv), self.timeout if timeout is None else timeout)
 
     def stop_started(self) -> None:
-        """Kill what start() began and no probe asked for; start nothing from now on."""
+        """Kill every program of this detection still running (what no probe asked for, and
+        what runs past the deadline); start nothing from now on."""
         self.ahead.stop()
 
 

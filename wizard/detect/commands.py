@@ -16,6 +16,7 @@ import os
 from typing import List, Tuple
 
 from .base import Context
+from .run import which
 
 Argv = Tuple[str, ...]
 
@@ -41,8 +42,6 @@ def find_sshd(ctx: Context) -> str:
         if ctx.exists(rel):
             return "/" + rel
     if ctx.local and ctx.run_commands:
-        from .run import which
-
         return which("sshd") or ""
     return ""
 

@@ -17,7 +17,6 @@ from .base import Context, Found
 from .commands import GPU_QUERY, GPU_TABLE
 
 
-
 def _int(text: str) -> Optional[int]:
     m = re.match(r"\s*([0-9]{1,18})", text or "")
     return int(m.group(1)) if m else None
