@@ -82,23 +82,47 @@ def run_installed(*args: str, home: Path,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
 
 
-def assert_wrote_nothing(pyz: Path, home: Path) -> None:
+def unpacked_copies(home: Path) -> List[Path]:
+    """The builds the .pyz unpacked in HOME's cache (tools/pyz_cache.py); not the temporary
+    directories of unpacks."""
+    root = home / ".cache" / "hpcwizard" / "pyz"
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("unpack-")
+                  ) if root.is_dir() else []
+
+
+def assert_wrote_nothing(pyz: Path, home: Path, copy: bool = True) -> None:
+    """Nothing beside the .pyz; in HOME only the unpacked copy (copy: one, complete, private,
+    nothing half-made beside it), or nothing at all."""
     assert sorted(os.listdir(pyz.parent)) == [pyz.name], "written beside the .pyz"
-    written = [str(p.relative_to(home)) for p in home.rglob("*")]
+    copies = unpacked_copies(home)
+    if copy:
+        assert len(copies) == 1 and (copies[0] / ".complete").is_file(), copies
+        for d in (home / ".cache", home / ".cache" / "hpcwizard", copies[0].parent, copies[0]):
+            assert oct(d.stat().st_mode & 0o777) == oct(0o700), d
+        outside = [p for p in home.rglob("*") if copies[0] not in (p, *p.parents)
+                   and p not in copies[0].parents]  # an unpack- directory left is in here
+    else:
+        outside = list(home.rglob("*"))
+    written = [str(p.relative_to(home)) for p in outside]
     assert written == [], f"written in HOME: {written}"
 
 
 PYTHONS = ["3.9", "3.13"]
 
 
+# From the unpacked copy (the default) and from the archive itself (HPCWIZARD_PYZ_CACHE=off).
+FROM = {"copy": {}, "archive": {"HPCWIZARD_PYZ_CACHE": "off"}}
+
+
+@pytest.mark.parametrize("source", FROM)
 @pytest.mark.parametrize("version", PYTHONS)
-def test_version(pyz, version, tmp_path):
+def test_version(pyz, version, source, tmp_path):
     py = need_python(version)
-    r = run_pyz(py, pyz, "--version", home=tmp_path / "home")
+    r = run_pyz(py, pyz, "--version", home=tmp_path / "home", env=FROM[source])
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(f"hpcwizard 0.1.0 (Python {version}.")
     assert "supports Python 3.9-3.13" in r.stdout
-    assert_wrote_nothing(pyz, tmp_path / "home")
+    assert_wrote_nothing(pyz, tmp_path / "home", copy=source == "copy")
 
 
 @pytest.mark.parametrize("version", PYTHONS)
@@ -123,24 +147,25 @@ def test_detect_json_is_the_installed_ones(pyz, version, tmp_path):
     assert_wrote_nothing(pyz, tmp_path / "home")
 
 
+@pytest.mark.parametrize("source", FROM)
 @pytest.mark.parametrize("version", PYTHONS)
-def test_plan_is_the_installed_ones(pyz, version, tmp_path):
+def test_plan_is_the_installed_ones(pyz, version, source, tmp_path):
     py = need_python(version)
     args = ("plan", "--framework", "mpi", "--network", "tcp")
-    r = run_pyz(py, pyz, *args, home=tmp_path / "home")
+    r = run_pyz(py, pyz, *args, home=tmp_path / "home", env=FROM[source])
     assert r.returncode == 0, r.stderr
     assert "openssh-server" in r.stdout and "[1/" in r.stdout
     assert r.stdout == run_installed(*args, home=tmp_path / "home2").stdout
     zh = {"LANG": "zh_CN.UTF-8"}  # the catalogues (package data in subfolders) came along
-    r = run_pyz(py, pyz, *args, home=tmp_path / "home", env=zh)
+    r = run_pyz(py, pyz, *args, home=tmp_path / "home", env=dict(zh, **FROM[source]))
     assert r.returncode == 0, r.stderr
     assert "推荐" in r.stdout
     assert r.stdout == run_installed(*args, home=tmp_path / "home2", env=zh).stdout
     r = run_pyz(py, pyz, "plan", "--framework", "pytorch", "--network", "ib", "--json",
-                home=tmp_path / "home")
+                home=tmp_path / "home", env=FROM[source])
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["steps"]
-    assert_wrote_nothing(pyz, tmp_path / "home")
+    assert_wrote_nothing(pyz, tmp_path / "home", copy=source == "copy")
 
 
 @pytest.mark.parametrize("version", PYTHONS)
@@ -228,25 +253,38 @@ def test_older_pythons_are_refused_in_one_line(pyz, version, tmp_path):
                                                    f"Python {version}."), r.stderr
 
 
-def test_certifi_bundle_goes_to_the_cache_dir(pyz, tmp_path):
-    """requests asks certifi for a CA file at import: from the .pyz it is one copy in the
-    user's cache directory, not a temporary file per run."""
-    py = need_python("3.9")
-    home = tmp_path / "home"
-    home.mkdir()
+def in_pyz(py: str, pyz: Path, home: Path, then: str, env: Optional[Dict[str, str]] = None,
+           *args: str) -> subprocess.CompletedProcess:
+    """Run the .pyz's __main__ (`--version`) in a Python that goes on with `then` after it."""
     code = ("import runpy, sys\n"
             f"sys.path.insert(0, {str(pyz)!r}); sys.argv = [{str(pyz)!r}, '--version']\n"
             "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
-            "except SystemExit:\n    pass\n"
-            "import requests.utils, certifi\n"
-            "print(requests.utils.DEFAULT_CA_BUNDLE_PATH); print(certifi.where())\n")
-    r = subprocess.run([py, "-I", "-S", "-c", code], env=dict(BASE_ENV, HOME=str(home)),
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+            "except SystemExit:\n    pass\n" + then)
+    return subprocess.run([py, "-I", "-S", *args, "-c", code],
+                          env=dict(BASE_ENV, HOME=str(home), **(env or {})),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("source", FROM)
+def test_certifi_bundle_is_a_file_not_a_temporary_copy(pyz, source, tmp_path):
+    """requests asks certifi for a CA file at import. From the archive itself it is one copy
+    in the user's cache directory, not a temporary file per run; from the unpacked copy it
+    is certifi's own file there."""
+    py = need_python("3.9")
+    home = tmp_path / "home"
+    home.mkdir()
+    r = in_pyz(py, pyz, home, "import requests.utils, certifi\n"
+               "print(requests.utils.DEFAULT_CA_BUNDLE_PATH); print(certifi.where())\n",
+               FROM[source])
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     bundle = Path(lines[-1])
     assert lines[-2] == lines[-1]
-    assert bundle.parent == home / ".cache" / "hpcwizard", bundle
+    if source == "archive":
+        assert bundle.parent == home / ".cache" / "hpcwizard", bundle
+    else:
+        assert bundle == unpacked_copies(home)[0] / "certifi" / "cacert.pem"
+        assert not list((home / ".cache" / "hpcwizard").glob("certifi-*"))
     assert bundle.read_text().count("BEGIN CERTIFICATE") > 50
 
 
@@ -256,6 +294,233 @@ def test_build_is_deterministic(pyz, tmp_path):
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600, check=True)
     assert again.read_bytes() == pyz.read_bytes()
     assert os.access(again, os.X_OK) and again.read_bytes().startswith(b"#!/usr/bin/env python3\n")
+
+
+# --- the unpacked copy (tools/pyz_cache.py) ------------------------------------------------
+
+WHERE = "import hpcwizard.cli; print(hpcwizard.cli.__file__)\n"
+
+
+def pycs(copy: Path) -> Dict[str, int]:
+    return {str(p.relative_to(copy)): p.stat().st_mtime_ns
+            for p in copy.rglob("__pycache__/*.pyc")}
+
+
+@pytest.mark.parametrize("version", PYTHONS)
+def test_later_starts_import_the_copy_and_its_bytecode(pyz, version, tmp_path):
+    """The first start unpacks the archive; Python keeps bytecode beside what it imports
+    there, and the next start imports that bytecode instead of compiling again."""
+    py = need_python(version)
+    home = tmp_path / "home"
+    home.mkdir()
+    r = in_pyz(py, pyz, home, WHERE)
+    assert r.returncode == 0, r.stderr
+    [copy] = unpacked_copies(home)
+    assert r.stdout.splitlines()[-1] == str(copy / "hpcwizard" / "cli.py")
+    tag = f"cpython-{version.replace('.', '')}"
+    first = pycs(copy)
+    assert f"hpcwizard/__pycache__/cli.{tag}.pyc" in first
+    assert f"platformdirs/__pycache__/api.{tag}.pyc" not in first  # read from the zip, first
+    r = in_pyz(py, pyz, home, WHERE)
+    assert r.returncode == 0, r.stderr
+    again = pycs(copy)
+    assert {k: again[k] for k in first} == first  # read, not written again
+    assert_wrote_nothing(pyz, home)
+
+
+def test_no_bytecode_asked_runs_the_archive_and_writes_nothing(pyz, tmp_path):
+    """-B (or PYTHONDONTWRITEBYTECODE): a copy would keep no bytecode, so none is made."""
+    py = need_python("3.13")
+    home = tmp_path / "home"
+    home.mkdir()
+    r = in_pyz(py, pyz, home, WHERE, None, "-B")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == str(pyz / "hpcwizard" / "cli.py")
+    assert_wrote_nothing(pyz, home, copy=False)
+
+
+def _build_id(pyz: Path) -> str:
+    import zipfile
+    with zipfile.ZipFile(pyz) as z:
+        main = z.read("__main__.py").decode()
+    return main.split('enter(os.path.dirname(__file__), "')[1].split('"')[0]
+
+
+def test_a_copy_not_renamed_into_place_is_not_used(pyz, tmp_path):
+    """What a kill in the middle of an unpack leaves — a temporary directory, or a build
+    directory without its .complete — is never imported; the next start unpacks anew, and
+    a temporary directory older than an hour is removed (a younger one may be another
+    start's unpack under way)."""
+    py = need_python("3.13")
+    home = tmp_path / "home"
+    root = home / ".cache" / "hpcwizard" / "pyz"
+    build = root / _build_id(pyz)
+    (build / "hpcwizard").mkdir(parents=True)
+    (build / "hpcwizard" / "__init__.py").write_text("raise SystemExit('half-made copy used')\n")
+    old, young = root / "unpack-old", root / "unpack-young"
+    old.mkdir()
+    young.mkdir()
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    for d in (home, home / ".cache", home / ".cache" / "hpcwizard", root):
+        d.chmod(0o700)
+    r = in_pyz(py, pyz, home, WHERE)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == str(build / "hpcwizard" / "cli.py")
+    assert "half-made" not in (build / "hpcwizard" / "__init__.py").read_text()
+    assert sorted(p.name for p in root.iterdir()) == sorted([build.name, "unpack-young"])
+
+
+def test_a_kill_during_the_unpack_leaves_nothing_used(pyz, tmp_path):
+    """kill -9 while the archive is being unpacked: caught by watching for the temporary
+    directory; the next start finds no build directory and unpacks it whole."""
+    py = need_python("3.13")
+    home = tmp_path / "home"
+    home.mkdir()
+    root = home / ".cache" / "hpcwizard" / "pyz"
+    caught = False
+    for _ in range(10):  # the unpack takes a few tenths of a second: usually the first try
+        shutil.rmtree(root, ignore_errors=True)
+        proc = subprocess.Popen([py, "-I", "-S", str(pyz), "--version"],
+                                env=dict(BASE_ENV, HOME=str(home)),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while proc.poll() is None:
+            if root.is_dir() and any(p.name.startswith("unpack-") and any(p.iterdir())
+                                     for p in root.iterdir()):
+                proc.kill()
+                caught = True
+                break
+        proc.wait()
+        if caught:
+            break
+    if not caught:
+        pytest.skip("the unpack ended before it was seen, ten times: nothing to kill")
+    assert not any(p.name == _build_id(pyz) for p in root.iterdir())
+    r = in_pyz(py, pyz, home, WHERE)
+    assert r.returncode == 0, r.stderr
+    [copy] = unpacked_copies(home)
+    assert r.stdout.splitlines()[-1] == str(copy / "hpcwizard" / "cli.py")
+    assert (copy / ".complete").read_text().strip() == _build_id(pyz)
+
+
+def test_two_first_starts_at_once_share_one_copy(pyz, tmp_path):
+    py = need_python("3.13")
+    home = tmp_path / "home"
+    home.mkdir()
+    procs = [subprocess.Popen([py, "-I", "-S", str(pyz), "--version"],
+                              env=dict(BASE_ENV, HOME=str(home)), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outs
+    assert all(out.startswith("hpcwizard 0.1.0") for out, _ in outs)
+    assert_wrote_nothing(pyz, home)  # one copy, and no temporary directory left
+
+
+def test_a_copy_others_could_change_is_not_used(pyz, tmp_path):
+    """A copy another user could write in (its directory 0770 or 0755) is not imported, nor
+    replaced: it runs from the archive. Nor is anything made under a cache directory that is
+    open to others (0777, without the sticky bit)."""
+    py = need_python("3.13")
+    home = tmp_path / "home"
+    home.mkdir()
+    assert in_pyz(py, pyz, home, WHERE).returncode == 0
+    [copy] = unpacked_copies(home)
+    for mode in (0o770, 0o755):
+        copy.chmod(mode)
+        r = in_pyz(py, pyz, home, WHERE)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.splitlines()[-1] == str(pyz / "hpcwizard" / "cli.py"), mode
+        assert unpacked_copies(home) == [copy] and oct(copy.stat().st_mode & 0o777) == oct(mode)
+    other = tmp_path / "other"
+    (other / ".cache").mkdir(parents=True)
+    (other / ".cache").chmod(0o777)
+    r = in_pyz(py, pyz, other, WHERE)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == str(pyz / "hpcwizard" / "cli.py")
+    assert list((other / ".cache").iterdir()) == []
+
+
+def test_only_the_builds_used_last_are_kept(pyz, tmp_path):
+    py = need_python("3.13")
+    home = tmp_path / "home"
+    root = home / ".cache" / "hpcwizard" / "pyz"
+    now = time.time()
+    for i, name in enumerate(["b1", "b2", "b3", "b4"]):  # b4 used last
+        (root / name).mkdir(parents=True)
+        (root / name / ".complete").write_text(name + "\n")
+        os.utime(root / name / ".complete", (now - 1000 + i, now - 1000 + i))
+    for d in (home, home / ".cache", home / ".cache" / "hpcwizard", root):
+        d.chmod(0o700)
+    assert in_pyz(py, pyz, home, WHERE).returncode == 0
+    assert sorted(p.name for p in root.iterdir()) == sorted(["b3", "b4", _build_id(pyz)])
+
+
+_SECOND_USER = pytest.mark.skipif(
+    os.geteuid() != 0 or os.environ.get("HPCWIZARD_SYSTEM_TESTS") != "1",
+    reason="creates a second real user: root with HPCWIZARD_SYSTEM_TESTS=1 (CI sets it)")
+
+
+@pytest.fixture
+def other_user():
+    import pwd
+    name = f"hpcpyz{os.getpid() % 100000}"
+    subprocess.run(["userdel", "-r", name], capture_output=True)
+    made = subprocess.run(["useradd", "-m", "-U", name], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    try:
+        yield pwd.getpwnam(name)
+    finally:
+        subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
+        gone = subprocess.run(["userdel", "-r", name], capture_output=True, text=True)
+        assert gone.returncode in (0, 12), gone.stderr  # 12: no mail spool
+
+
+@_SECOND_USER
+def test_root_with_another_users_home_writes_nothing_there(pyz, other_user, tmp_path):
+    """Root under sudo may keep HOME=/home/alice: then nothing is made in alice's home and
+    nothing there is imported — it runs from the archive. As alice, her copy is hers."""
+    py = need_python("3.13")
+    home = Path(other_user.pw_dir)
+    before = sorted(str(p) for p in home.rglob("*"))
+    r = in_pyz(py, pyz, home, WHERE)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == str(pyz / "hpcwizard" / "cli.py")
+    assert sorted(str(p) for p in home.rglob("*")) == before
+    # nor are CA certificates for a download read from there, or written
+    (home / ".cache" / "hpcwizard").mkdir(parents=True, mode=0o700)
+    import zipfile
+    [meta] = [n for n in zipfile.ZipFile(pyz).namelist()
+              if n.startswith("certifi-") and n.endswith(".dist-info/METADATA")]
+    version = meta.split("-")[1].rsplit(".dist", 1)[0]
+    planted = home / ".cache" / "hpcwizard" / f"certifi-{version}-cacert.pem"
+    planted.write_text("not a CA bundle\n")  # what root would trust, were it read
+    for p in (home / ".cache", home / ".cache" / "hpcwizard", planted):
+        os.chown(p, other_user.pw_uid, other_user.pw_gid)
+    before = sorted(str(p) for p in home.rglob("*"))
+    r = in_pyz(py, pyz, home, "import certifi, requests.utils\nprint(certifi.where())\n",
+               FROM["archive"])
+    assert r.returncode == 0, r.stderr
+    assert not r.stdout.splitlines()[-1].startswith(str(home)), r.stdout
+    assert sorted(str(p) for p in home.rglob("*")) == before
+    shutil.rmtree(home / ".cache")
+    # alice's own start, with a copy of the archive and a Python she can run (pyenv's are
+    # under root's 0700 home)
+    system_py = "/usr/bin/python3"
+    if not os.access(system_py, os.X_OK):
+        pytest.skip("the second half needs the distribution's /usr/bin/python3")
+    theirs = home / "hpcwizard.pyz"
+    shutil.copyfile(pyz, theirs)
+    os.chown(theirs, other_user.pw_uid, other_user.pw_gid)
+    r = subprocess.run([shutil.which("runuser") or "runuser", "-u", other_user.pw_name, "--",
+                        system_py, "-I", "-S", str(theirs), "--version"], env=dict(BASE_ENV, HOME=str(home)), cwd="/",
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    [copy] = unpacked_copies(home)
+    for d in (copy, copy.parent, copy.parent.parent):
+        st = d.stat()
+        assert (st.st_uid, st.st_mode & 0o777) == (other_user.pw_uid, 0o700), d
+    # and root, given alice's HOME again, does not take up alice's copy either
+    r = in_pyz(py, pyz, home, WHERE)
+    assert r.stdout.splitlines()[-1] == str(pyz / "hpcwizard" / "cli.py")
 
 
 # --- the TUI ----------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ deterministic: files in sorted order, fixed time stamps and modes.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import re
 import shutil
@@ -26,6 +27,7 @@ from typing import Dict, Iterable, List, Set, Tuple
 ROOT = Path(__file__).resolve().parent.parent
 REQUIREMENTS = ROOT / "tools" / "pyz-requirements.txt"
 MAIN_TEMPLATE = ROOT / "tools" / "pyz_main.py"
+UNPACKER = ROOT / "tools" / "pyz_cache.py"  # at the archive's root as _hpcwizard_pyz.py
 PYTHONS = ("3.9", "3.10", "3.11", "3.12", "3.13")  # every one must be able to run the archive
 PURE_TAGS = {"py3-none-any", "py2.py3-none-any"}
 EPOCH = (1980, 1, 1, 0, 0, 0)  # ZIP's earliest date: the same archive from the same inputs
@@ -176,13 +178,24 @@ def copy_project(pyproject: dict, dest: Path) -> int:
     return count
 
 
-def main_py(supported: str) -> str:
+def build_id(app: Path) -> str:
+    """What names the build in the cache (tools/pyz_cache.py): a digest of every file the
+    archive holds but __main__.py, which carries it."""
+    digest = hashlib.sha256()
+    for p in sorted(p for p in app.rglob("*") if p.is_file() and p.name != "__main__.py"):
+        digest.update(p.relative_to(app).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(p.read_bytes()).digest())
+    return digest.hexdigest()[:20]
+
+
+def main_py(supported: str, build: str) -> str:
     low = re.match(r"^(\d+)\.(\d+)", supported)
     if not low:
         die(f"SUPPORTED_PYTHON {supported!r} is not like '3.9-3.13'")
     text = MAIN_TEMPLATE.read_text("utf-8")
     return (text.replace("@SUPPORTED_PYTHON@", supported)
-                .replace("@MIN_PYTHON@", f"({low.group(1)}, {low.group(2)})"))
+                .replace("@MIN_PYTHON@", f"({low.group(1)}, {low.group(2)})")
+                .replace("@BUILD_ID@", build))
 
 
 def write_zip(src: Path, zip_path: Path) -> int:
@@ -219,7 +232,8 @@ def build(output: Path) -> Path:
         for cache in list(app.rglob("__pycache__")):
             shutil.rmtree(cache)
         n = copy_project(pyproject, app)
-        (app / "__main__.py").write_text(main_py(supported.group(1)), "utf-8")
+        shutil.copyfile(UNPACKER, app / "_hpcwizard_pyz.py")
+        (app / "__main__.py").write_text(main_py(supported.group(1), build_id(app)), "utf-8")
         inner = Path(tmp) / "inner.zip"
         count = write_zip(app, inner)
         output.parent.mkdir(parents=True, exist_ok=True)

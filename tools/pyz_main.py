@@ -10,33 +10,42 @@ if sys.version_info < @MIN_PYTHON@:
                      % (sys.version.split()[0], sys.executable or "python"))
     sys.exit(2)
 
-# zipimport never writes bytecode; this keeps the rest of the run from writing any either.
+# zipimport never writes bytecode; this keeps the rest of the run from writing any either,
+# except into the unpacked copy (_hpcwizard_pyz.enter), where it is what the copy is for.
 sys.dont_write_bytecode = True
 
 _CACERT = []
 
 
 def _cacert_where():
-    """certifi.where() for the zipapp. certifi's own would extract cacert.pem from the zip to
-    a temporary file on every run that imports requests; this keeps one copy in the user's
-    cache directory (~/.cache/hpcwizard/), rewritten only when it differs."""
+    """certifi.where() for the zipapp run from the archive itself. certifi's own would
+    extract cacert.pem from the zip to a temporary file on every run that imports requests;
+    this keeps one copy in the user's cache directory (~/.cache/hpcwizard/), rewritten only
+    when it differs — where that directory is provably ours, else certifi's own."""
     if _CACERT:
         return _CACERT[0]
     import os
+    import _hpcwizard_pyz as unpack
     import certifi
     from platformdirs import user_cache_dir
 
     data = certifi.contents()
     cache = user_cache_dir("hpcwizard")
     path = os.path.join(cache, "certifi-%s-cacert.pem" % certifi.__version__)
-    try:
-        with open(path, encoding="ascii") as f:
-            current = f.read()
-    except (OSError, ValueError):
-        current = None
+    # CA certificates decide whom a download trusts: only from a directory that is ours
+    # (root under sudo with another user's HOME gets certifi's temporary file)
+    if not unpack.trusted(unpack.nearest_existing(cache), cache):
+        path = _certifi_where()
+        current = data
+    else:
+        try:
+            with open(path, encoding="ascii") as f:
+                current = f.read()
+        except (OSError, ValueError):
+            current = None
     if current != data:
         try:
-            os.makedirs(cache, mode=0o700, exist_ok=True)
+            unpack.make_private_dirs(cache)
             tmp = "%s.%d.tmp" % (path, os.getpid())
             with open(tmp, "w", encoding="ascii") as f:
                 f.write(data)
@@ -49,11 +58,19 @@ def _cacert_where():
 
 def _run():
     global _certifi_where
-    import certifi
-    import certifi.core
+    import os
+    import _hpcwizard_pyz  # tools/pyz_cache.py
 
-    _certifi_where = certifi.core.where
-    certifi.where = certifi.core.where = _cacert_where  # before requests imports it
+    try:
+        unpacked = _hpcwizard_pyz.enter(os.path.dirname(__file__), "@BUILD_ID@")
+    except KeyboardInterrupt:  # Ctrl-C while it unpacks: nothing half-made is left in use
+        sys.exit(130)
+    if not unpacked:  # run from the archive itself: certifi's file is inside the zip
+        import certifi
+        import certifi.core
+
+        _certifi_where = certifi.core.where
+        certifi.where = certifi.core.where = _cacert_where  # before requests imports it
 
     from hpcwizard.cli import run
 

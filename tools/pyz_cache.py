@@ -1,0 +1,196 @@
+"""The zipapp's extracted copy: hpcwizard.pyz runs from the user's cache directory once the
+archive has been unpacked there, because Python never caches bytecode for what it imports
+from a zip file, and compiling textual, rich and hpcwizard again on every start cost the
+wizard about two seconds before its first screen with facts.
+
+tools/build_pyz.py puts this file at the archive's root as _hpcwizard_pyz.py; the archive's
+__main__ calls enter() first. Standard library and platformdirs only, and Python 3.9's.
+
+    ~/.cache/hpcwizard/pyz/<build id>/      the archive's files, and the __pycache__ Python
+                                            writes beside them as it imports; .complete last
+
+A copy is used only when it is provably ours: every directory from it up to / belongs to
+this user or root and nobody else can write in it (as OpenSSH's StrictModes asks of
+~/.ssh), the build's own directories are private (0700), and its .complete names the very
+build that runs. It is unpacked into a private temporary directory beside it and renamed
+into place whole, so that a kill in the middle leaves nothing that is used. Anything else —
+a home that belongs to another user (root under sudo keeps HOME=/home/alice), a cache that
+is not writable, a full disk, PYTHONDONTWRITEBYTECODE or -B (no bytecode would be kept),
+HPCWIZARD_PYZ_CACHE=off — runs from the archive, as before, and writes nothing there.
+"""
+import os
+import shutil
+import stat
+import sys
+import tempfile
+import time
+import zipfile
+
+MARKER = ".complete"
+KEEP_OTHER_BUILDS = 2  # besides the one running: an older wizard still open may import more
+STALE_UNPACK_S = 3600.0  # a temporary directory this old was left by a kill, not an unpack
+
+
+def cache_root():
+    """Where the builds are unpacked: platformdirs' user cache directory for hpcwizard."""
+    from platformdirs import user_cache_dir
+
+    return os.path.join(user_cache_dir("hpcwizard"), "pyz")
+
+
+def _safe_dir(st, private):
+    """A directory that only this user (or root) can change; private: only this user reads."""
+    uid = os.geteuid()
+    if not stat.S_ISDIR(st.st_mode):
+        return False
+    if private:
+        return st.st_uid == uid and not st.st_mode & 0o077
+    if st.st_uid not in (uid, 0):
+        return False
+    # /tmp and the like: others may write, but not move or replace what is ours inside
+    return not st.st_mode & 0o022 or bool(st.st_mode & stat.S_ISVTX and st.st_uid == 0)
+
+
+def trusted(path, private_from):
+    """Every directory from path up to /, symbolic links resolved, is safe (see _safe_dir);
+    those at or below private_from are private too."""
+    real = os.path.realpath(path)
+    private_from = os.path.realpath(private_from)
+    here = real
+    while True:
+        try:
+            st = os.lstat(here)
+        except OSError:
+            return False
+        inside = here == private_from or here.startswith(private_from.rstrip("/") + "/")
+        if not _safe_dir(st, inside):
+            return False
+        parent = os.path.dirname(here)
+        if parent == here:
+            return True
+        here = parent
+
+
+def make_private_dirs(path):
+    """Create what is missing of path, each new directory 0700 whatever the umask."""
+    missing = []
+    here = path
+    while not os.path.isdir(here):
+        missing.append(here)
+        parent = os.path.dirname(here)
+        if parent == here:
+            break
+        here = parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass
+        os.chmod(d, 0o700)  # mkdir's mode passes through the umask
+
+
+def _complete(build_dir, build_id):
+    try:
+        with open(os.path.join(build_dir, MARKER), encoding="ascii") as f:
+            return f.read().strip() == build_id
+    except (OSError, ValueError):
+        return False
+
+
+def _unpack(archive, root, build_id):
+    """Unpack archive into root/build_id through a private temporary directory; the path,
+    or None where it could not be done."""
+    final = os.path.join(root, build_id)
+    tmp = tempfile.mkdtemp(prefix="unpack-", dir=root)  # 0700
+    try:
+        with zipfile.ZipFile(archive) as z:
+            z.extractall(tmp)
+        with open(os.path.join(tmp, MARKER), "w", encoding="ascii") as f:
+            f.write(build_id + "\n")
+        os.chmod(tmp, 0o700)
+        try:
+            os.rename(tmp, final)
+        except OSError:  # another start unpacked the same build first: use that one
+            shutil.rmtree(tmp, ignore_errors=True)
+        return final
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _tidy(root, build_id):
+    """Remove what kills left behind, and builds beyond the KEEP_OTHER_BUILDS used last."""
+    now = time.time()
+    others = []
+    for name in os.listdir(root):
+        path = os.path.join(root, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or name == build_id:
+            continue
+        if name.startswith("unpack-"):
+            if now - st.st_mtime > STALE_UNPACK_S:
+                shutil.rmtree(path, ignore_errors=True)
+            continue
+        try:
+            used = os.stat(os.path.join(path, MARKER)).st_mtime
+        except OSError:
+            used = st.st_mtime
+        others.append((used, path))
+    others.sort(reverse=True)
+    for _, path in others[KEEP_OTHER_BUILDS:]:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def nearest_existing(path):
+    while not os.path.isdir(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
+
+
+def unpacked(archive, build_id, root=None):
+    """The directory holding this build's files, unpacked now if they are not yet; None where
+    the archive should run as it is (the module docstring says when)."""
+    if os.environ.get("HPCWIZARD_PYZ_CACHE", "").lower() in ("off", "0", "no"):
+        return None
+    if sys.flags.dont_write_bytecode or not build_id.isalnum():
+        return None
+    try:
+        root = root or cache_root()
+        final = os.path.join(root, build_id)
+        if _complete(final, build_id):
+            if not trusted(final, root):
+                return None
+            os.utime(os.path.join(final, MARKER))  # used last now: _tidy keeps it
+            return final
+        # nothing is created where the directories on the way are someone else's, or open
+        # to others (root under sudo with another user's HOME)
+        if not trusted(nearest_existing(root), root):
+            return None
+        make_private_dirs(root)
+        if not trusted(root, root):
+            return None
+        if os.path.lexists(final):  # not renamed into place by _unpack: not to be used
+            shutil.rmtree(final)
+        final = _unpack(archive, root, build_id)
+        if not (_complete(final, build_id) and trusted(final, root)):
+            return None
+        _tidy(root, build_id)
+        return final
+    except Exception:  # noqa: BLE001 - whatever stops the copy, the archive itself still runs
+        return None
+
+
+def enter(archive, build_id):
+    """Import everything after this from the unpacked copy when there is one (True); leave
+    sys.path as it is otherwise (False)."""
+    where = unpacked(archive, build_id)
+    if where is None:
+        return False
+    archive = os.path.realpath(archive)
+    sys.path[:] = [where] + [p for p in sys.path if os.path.realpath(p) != archive]
+    sys.path_importer_cache.clear()
+    sys.dont_write_bytecode = False  # into the copy's __pycache__: what it is there for
+    return True
