@@ -259,6 +259,43 @@ def fig_first_paint(repeats: int) -> Figure:
     return fig
 
 
+def fig_pyz_start(repeats: int) -> Figure:
+    """hpcwizard.pyz in a real terminal (tmux 80x24), start to the detected facts on screen,
+    against the installed hpcwizard in the same run. Ours: a later start, from the copy the
+    first one unpacked (tools/pyz_cache.py). Extras: a first start (a new HOME each time:
+    it unpacks the archive) and the archive itself (HPCWIZARD_PYZ_CACHE=off), as every
+    start was before the copy."""
+    fig = Figure("pyz-start", "python3 hpcwizard.pyz in tmux: start to facts (unpacked copy)",
+                 "python -m hpcwizard (installed): start to facts", "as installed")
+    if not shutil.which("tmux"):
+        fig.skipped = "needs tmux"
+        return fig
+    from tui_start import tmux_starts  # type: ignore
+
+    with tempfile.TemporaryDirectory(prefix="hpcwizard-bench-pyz-") as tmp:
+        pyz = Path(tmp) / "hpcwizard.pyz"
+        subprocess.run([PY, str(HERE.parent / "tools" / "build_pyz.py"), "-o", str(pyz)],
+                       stdout=subprocess.DEVNULL, check=True, timeout=900)
+        homes = Path(tmp) / "homes"
+        homes.mkdir()
+        # PYTHONDONTWRITEBYTECODE would keep the pyz from making its copy: not for this figure
+        run = ["env", "-u", "PYTHONDONTWRITEBYTECODE"]
+        home = homes / "later"
+        home.mkdir()
+        later = run + [f"HOME={home}", PY, str(pyz)]
+        first = run + [f'HOME="$(mktemp -d -p {homes})"', PY, str(pyz)]
+        archive = run + [f"HOME={home}", "HPCWIZARD_PYZ_CACHE=off", PY, str(pyz)]
+        extra: Dict[str, List[float]] = {"first_start_s": [], "from_archive_s": []}
+        for _ in range(repeats):
+            fig.ours += [s["facts"] for s in tmux_starts(1, later)]
+            fig.base += [s["facts"] for s in tmux_starts(1)]
+            extra["first_start_s"] += [s["facts"] for s in tmux_starts(1, first)]
+            extra["from_archive_s"] += [s["facts"] for s in tmux_starts(1, archive)]
+        for key, values in extra.items():
+            fig.extra[key] = statistics.median(values)
+    return fig
+
+
 def fig_tui_memory(repeats: int) -> Figure:
     fig = Figure("tui-memory", "TUI peak RSS through the headline flow (MiB)", "-",
                  "<= 120 MB RSS", unit="MiB")
@@ -275,6 +312,7 @@ FIGURES: Dict[str, Callable[[int], Figure]] = {
     "startup": fig_import,
     "tui-start": fig_tui_start,
     "first-paint": fig_first_paint,
+    "pyz-start": fig_pyz_start,
     "tui-memory": fig_tui_memory,
 }
 

@@ -501,6 +501,15 @@ def test_root_with_another_users_home_writes_nothing_there(pyz, other_user, tmp_
     assert r.returncode == 0, r.stderr
     assert not r.stdout.splitlines()[-1].startswith(str(home)), r.stdout
     assert sorted(str(p) for p in home.rglob("*")) == before
+    # nor is the start held by a .complete that is the other user's FIFO
+    build = home / ".cache" / "hpcwizard" / "pyz" / _build_id(pyz)
+    build.mkdir(parents=True, mode=0o700)
+    os.mkfifo(build / ".complete")
+    for p in (build.parent, build, build / ".complete"):
+        os.chown(p, other_user.pw_uid, other_user.pw_gid)
+    r = in_pyz(py, pyz, home, WHERE)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == str(pyz / "hpcwizard" / "cli.py")
     shutil.rmtree(home / ".cache")
     # alice's own start, with a copy of the archive and a Python she can run (pyenv's are
     # under root's 0700 home)

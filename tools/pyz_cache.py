@@ -160,11 +160,14 @@ def unpacked(archive, build_id, root=None):
     try:
         root = root or cache_root()
         final = os.path.join(root, build_id)
-        if _complete(final, build_id):
+        if os.path.lexists(final):
+            # trust before anything is read there: a .complete that is a FIFO of another
+            # user's would hold the start forever
             if not trusted(final, root):
                 return None
-            os.utime(os.path.join(final, MARKER))  # used last now: _tidy keeps it
-            return final
+            if _complete(final, build_id):
+                os.utime(os.path.join(final, MARKER))  # used last now: _tidy keeps it
+                return final
         # nothing is created where the directories on the way are someone else's, or open
         # to others (root under sudo with another user's HOME)
         if not trusted(nearest_existing(root), root):
@@ -172,7 +175,7 @@ def unpacked(archive, build_id, root=None):
         make_private_dirs(root)
         if not trusted(root, root):
             return None
-        if os.path.lexists(final):  # not renamed into place by _unpack: not to be used
+        if os.path.lexists(final):  # ours, but not renamed into place by _unpack: not used
             shutil.rmtree(final)
         final = _unpack(archive, root, build_id)
         if not (_complete(final, build_id) and trusted(final, root)):
