@@ -416,20 +416,23 @@ def test_two_first_starts_at_once_share_one_copy(pyz, tmp_path):
 
 
 def test_a_copy_others_could_change_is_not_used(pyz, tmp_path):
-    """A copy another user could write in (its directory 0770 or 0755) is not imported, nor
-    replaced: it runs from the archive. Nor is anything made under a cache directory that is
-    open to others (0777, without the sticky bit)."""
+    """A copy another user could have written in (its directory opened to 0770 or 0755) is
+    not imported: it is replaced by a private one. Nothing is made under a cache directory
+    that is open to others (0777, without the sticky bit): that runs from the archive."""
     py = need_python("3.13")
     home = tmp_path / "home"
     home.mkdir()
     assert in_pyz(py, pyz, home, WHERE).returncode == 0
     [copy] = unpacked_copies(home)
     for mode in (0o770, 0o755):
+        with open(copy / "hpcwizard" / "__init__.py", "a") as f:
+            f.write("print('PLANTED')\n")
         copy.chmod(mode)
         r = in_pyz(py, pyz, home, WHERE)
         assert r.returncode == 0, r.stderr
-        assert r.stdout.splitlines()[-1] == str(pyz / "hpcwizard" / "cli.py"), mode
-        assert unpacked_copies(home) == [copy] and oct(copy.stat().st_mode & 0o777) == oct(mode)
+        assert "PLANTED" not in r.stdout
+        assert r.stdout.splitlines()[-1] == str(copy / "hpcwizard" / "cli.py"), mode
+        assert_wrote_nothing(pyz, home)  # one copy, private again
     other = tmp_path / "other"
     (other / ".cache").mkdir(parents=True)
     (other / ".cache").chmod(0o777)

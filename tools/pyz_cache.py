@@ -12,8 +12,9 @@ __main__ calls enter() first. Standard library and platformdirs only, and Python
 A copy is used only when it is provably ours: every directory from it up to / belongs to
 this user or root and nobody else can write in it (as OpenSSH's StrictModes asks of
 ~/.ssh), the build's own directories are private (0700), and its .complete names the very
-build that runs. It is unpacked into a private temporary directory beside it and renamed
-into place whole, so that a kill in the middle leaves nothing that is used. Anything else —
+build that runs; in our own private pyz/ directory, one that is not is replaced. It is
+unpacked into a private temporary directory beside it and renamed into place whole, so that
+a kill in the middle leaves nothing that is used. Anything else —
 a home that belongs to another user (root under sudo keeps HOME=/home/alice), a cache that
 is not writable, a full disk, PYTHONDONTWRITEBYTECODE or -B (no bytecode would be kept),
 HPCWIZARD_PYZ_CACHE=off — runs from the archive, as before, and writes nothing there.
@@ -160,14 +161,11 @@ def unpacked(archive, build_id, root=None):
     try:
         root = root or cache_root()
         final = os.path.join(root, build_id)
-        if os.path.lexists(final):
-            # trust before anything is read there: a .complete that is a FIFO of another
-            # user's would hold the start forever
-            if not trusted(final, root):
-                return None
-            if _complete(final, build_id):
-                os.utime(os.path.join(final, MARKER))  # used last now: _tidy keeps it
-                return final
+        # trusted before anything is read there: a .complete that is another user's FIFO
+        # would hold the start forever
+        if os.path.lexists(final) and trusted(final, root) and _complete(final, build_id):
+            os.utime(os.path.join(final, MARKER))  # used last now: _tidy keeps it
+            return final
         # nothing is created where the directories on the way are someone else's, or open
         # to others (root under sudo with another user's HOME)
         if not trusted(nearest_existing(root), root):
@@ -175,8 +173,13 @@ def unpacked(archive, build_id, root=None):
         make_private_dirs(root)
         if not trusted(root, root):
             return None
-        if os.path.lexists(final):  # ours, but not renamed into place by _unpack: not used
-            shutil.rmtree(final)
+        if os.path.lexists(final):
+            # in our private directory, yet not a private, complete copy: not renamed into
+            # place by _unpack, or opened up since — not used, but replaced
+            if os.path.isdir(final) and not os.path.islink(final):
+                shutil.rmtree(final)
+            else:
+                os.unlink(final)
         final = _unpack(archive, root, build_id)
         if not (_complete(final, build_id) and trusted(final, root)):
             return None
