@@ -99,8 +99,9 @@ def assert_wrote_nothing(pyz: Path, home: Path, copy: bool = True) -> None:
         assert len(copies) == 1 and (copies[0] / ".complete").is_file(), copies
         for d in (home / ".cache", home / ".cache" / "hpcwizard", copies[0].parent, copies[0]):
             assert oct(d.stat().st_mode & 0o777) == oct(0o700), d
+        lock = copies[0].parent / ".lock"  # who unpacks, replaces or removes builds
         outside = [p for p in home.rglob("*") if copies[0] not in (p, *p.parents)
-                   and p not in copies[0].parents]  # an unpack- directory left is in here
+                   and p not in copies[0].parents and p != lock]  # so is an unpack- left
     else:
         outside = list(home.rglob("*"))
     written = [str(p.relative_to(home)) for p in outside]
@@ -281,7 +282,8 @@ def test_certifi_bundle_is_a_file_not_a_temporary_copy(pyz, source, tmp_path):
     bundle = Path(lines[-1])
     assert lines[-2] == lines[-1]
     if source == "archive":
-        assert bundle.parent == home / ".cache" / "hpcwizard", bundle
+        assert bundle.parent == home / ".cache" / "hpcwizard" / "pyz", bundle
+        assert oct(bundle.parent.stat().st_mode & 0o777) == oct(0o700)
     else:
         assert bundle == unpacked_copies(home)[0] / "certifi" / "cacert.pem"
         assert not list((home / ".cache" / "hpcwizard").glob("certifi-*"))
@@ -367,7 +369,7 @@ def test_a_copy_not_renamed_into_place_is_not_used(pyz, tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[-1] == str(build / "hpcwizard" / "cli.py")
     assert "half-made" not in (build / "hpcwizard" / "__init__.py").read_text()
-    assert sorted(p.name for p in root.iterdir()) == sorted([build.name, "unpack-young"])
+    assert sorted(p.name for p in root.iterdir()) == sorted([".lock", build.name, "unpack-young"])
 
 
 def test_a_kill_during_the_unpack_leaves_nothing_used(pyz, tmp_path):
@@ -453,8 +455,52 @@ def test_only_the_builds_used_last_are_kept(pyz, tmp_path):
         os.utime(root / name / ".complete", (now - 1000 + i, now - 1000 + i))
     for d in (home, home / ".cache", home / ".cache" / "hpcwizard", root):
         d.chmod(0o700)
-    assert in_pyz(py, pyz, home, WHERE).returncode == 0
-    assert sorted(p.name for p in root.iterdir()) == sorted(["b3", "b4", _build_id(pyz)])
+    import fcntl
+    held = os.open(root / "b1" / ".complete", os.O_RDONLY)  # b1's wizard is still open
+    fcntl.flock(held, fcntl.LOCK_SH)
+    try:
+        assert in_pyz(py, pyz, home, WHERE).returncode == 0
+    finally:
+        os.close(held)
+    builds = sorted(p.name for p in root.iterdir() if p.is_dir())
+    assert [b for b in builds if not b.startswith("unpack-")] == sorted(
+        ["b1", "b3", "b4", _build_id(pyz)])
+    assert not [b for b in builds if b.startswith("unpack-")]  # b2 removed whole
+
+
+def test_a_bad_cache_switch_is_one_line_and_status_2(pyz, tmp_path):
+    py = need_python("3.13")
+    home = tmp_path / "home"
+    r = run_pyz(py, pyz, "--version", home=home, env={"HPCWIZARD_PYZ_CACHE": "disable"})
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == "hpcwizard: HPCWIZARD_PYZ_CACHE=disable: give on or off\n"
+    assert_wrote_nothing(pyz, home, copy=False)
+
+
+def test_links_on_the_way_are_resolved_once_and_never_chmod_ed(pyz, tmp_path):
+    """The copy is imported by the path that was checked, links resolved: a link on the way
+    swapped afterwards (by whoever owns it) changes nothing imported. And what exists on the
+    way is never chmod-ed: a ~/.cache that links to a file leaves that file as it was."""
+    py = need_python("3.13")
+    home = tmp_path / "home"
+    home.mkdir()
+    real = tmp_path / "real-cache"
+    real.mkdir(mode=0o700)
+    (home / ".cache").symlink_to(real)
+    r = in_pyz(py, pyz, home, WHERE)
+    assert r.returncode == 0, r.stderr
+    [copy] = [p for p in (real / "hpcwizard" / "pyz").iterdir() if p.is_dir()]
+    assert r.stdout.splitlines()[-1] == str(copy / "hpcwizard" / "cli.py")
+    victim = tmp_path / "victim"
+    victim.write_text("x")
+    victim.chmod(0o644)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / ".cache").symlink_to(victim)
+    r = in_pyz(py, pyz, other, WHERE)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == str(pyz / "hpcwizard" / "cli.py")
+    assert oct(victim.stat().st_mode & 0o777) == oct(0o644)
 
 
 _SECOND_USER = pytest.mark.skipif(
@@ -489,14 +535,14 @@ def test_root_with_another_users_home_writes_nothing_there(pyz, other_user, tmp_
     assert r.stdout.splitlines()[-1] == str(pyz / "hpcwizard" / "cli.py")
     assert sorted(str(p) for p in home.rglob("*")) == before
     # nor are CA certificates for a download read from there, or written
-    (home / ".cache" / "hpcwizard").mkdir(parents=True, mode=0o700)
+    (home / ".cache" / "hpcwizard" / "pyz").mkdir(parents=True, mode=0o700)
     import zipfile
     [meta] = [n for n in zipfile.ZipFile(pyz).namelist()
               if n.startswith("certifi-") and n.endswith(".dist-info/METADATA")]
     version = meta.split("-")[1].rsplit(".dist", 1)[0]
-    planted = home / ".cache" / "hpcwizard" / f"certifi-{version}-cacert.pem"
+    planted = home / ".cache" / "hpcwizard" / "pyz" / f"certifi-{version}-cacert.pem"
     planted.write_text("not a CA bundle\n")  # what root would trust, were it read
-    for p in (home / ".cache", home / ".cache" / "hpcwizard", planted):
+    for p in (home / ".cache", home / ".cache" / "hpcwizard", planted.parent, planted):
         os.chown(p, other_user.pw_uid, other_user.pw_gid)
     before = sorted(str(p) for p in home.rglob("*"))
     r = in_pyz(py, pyz, home, "import certifi, requests.utils\nprint(certifi.where())\n",

@@ -30,6 +30,7 @@ import zipfile
 MARKER = ".complete"
 KEEP_OTHER_BUILDS = 2  # besides the one running: an older wizard still open may import more
 STALE_UNPACK_S = 3600.0  # a temporary directory this old was left by a kill, not an unpack
+LOCK_WAIT_S = 30.0
 
 
 def cache_root():
@@ -73,10 +74,12 @@ def trusted(path, private_from):
 
 
 def make_private_dirs(path):
-    """Create what is missing of path, each new directory 0700 whatever the umask."""
+    """Create what is missing of path, each new directory 0700 whatever the umask. What is
+    there already is left as it is (never chmod what may be another's, or a link to it); it
+    must be a directory, else OSError."""
     missing = []
     here = path
-    while not os.path.isdir(here):
+    while not os.path.lexists(here):
         missing.append(here)
         parent = os.path.dirname(here)
         if parent == here:
@@ -85,9 +88,16 @@ def make_private_dirs(path):
     for d in reversed(missing):
         try:
             os.mkdir(d, 0o700)
-        except FileExistsError:
-            pass
-        os.chmod(d, 0o700)  # mkdir's mode passes through the umask
+        except FileExistsError:  # another start made it: checked by trusted() after
+            continue
+        os.chmod(d, 0o700)  # ours, just made: mkdir's mode passed through the umask
+
+
+def nearest_existing(path):
+    """path, or its nearest ancestor that exists (as anything: a file there is not skipped)."""
+    while not os.path.lexists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
 
 
 def _complete(build_dir, build_id):
@@ -98,9 +108,60 @@ def _complete(build_dir, build_id):
         return False
 
 
+class _Locked:
+    """root/.lock held exclusively: one start at a time unpacks, replaces or removes builds.
+    Given up after LOCK_WAIT_S (a start stopped while holding it): then no copy."""
+
+    def __init__(self, root):
+        self.fd = os.open(os.path.join(root, ".lock"),
+                          os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+    def __enter__(self):
+        import fcntl
+
+        end = time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self
+            except BlockingIOError:
+                if time.monotonic() > end:
+                    os.close(self.fd)
+                    raise
+                time.sleep(0.05)
+
+    def __exit__(self, *exc):
+        os.close(self.fd)  # and with it the lock
+
+
+def _in_use(build_dir):
+    """A wizard of this build is running: it holds a shared lock on its .complete (enter)."""
+    import fcntl
+
+    try:
+        fd = os.open(os.path.join(build_dir, MARKER), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def _remove(root, path):
+    """Rename path aside under an unpack- name first, then remove it: a kill in the middle
+    leaves no build with its .complete and part of its files."""
+    aside = tempfile.mkdtemp(prefix="unpack-", dir=root)
+    os.rename(path, os.path.join(aside, "old"))
+    shutil.rmtree(aside, ignore_errors=True)
+
+
 def _unpack(archive, root, build_id):
-    """Unpack archive into root/build_id through a private temporary directory; the path,
-    or None where it could not be done."""
+    """Unpack archive into root/build_id through a private temporary directory, renamed into
+    place whole once .complete is written."""
     final = os.path.join(root, build_id)
     tmp = tempfile.mkdtemp(prefix="unpack-", dir=root)  # 0700
     try:
@@ -108,11 +169,7 @@ def _unpack(archive, root, build_id):
             z.extractall(tmp)
         with open(os.path.join(tmp, MARKER), "w", encoding="ascii") as f:
             f.write(build_id + "\n")
-        os.chmod(tmp, 0o700)
-        try:
-            os.rename(tmp, final)
-        except OSError:  # another start unpacked the same build first: use that one
-            shutil.rmtree(tmp, ignore_errors=True)
+        os.rename(tmp, final)
         return final
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -120,7 +177,8 @@ def _unpack(archive, root, build_id):
 
 
 def _tidy(root, build_id):
-    """Remove what kills left behind, and builds beyond the KEEP_OTHER_BUILDS used last."""
+    """Remove what kills left behind, and builds beyond the KEEP_OTHER_BUILDS used last
+    that no running wizard uses. Under the lock."""
     now = time.time()
     others = []
     for name in os.listdir(root):
@@ -142,51 +200,78 @@ def _tidy(root, build_id):
         others.append((used, path))
     others.sort(reverse=True)
     for _, path in others[KEEP_OTHER_BUILDS:]:
-        shutil.rmtree(path, ignore_errors=True)
+        if not _in_use(path):
+            _remove(root, path)
 
 
-def nearest_existing(path):
-    while not os.path.isdir(path) and os.path.dirname(path) != path:
-        path = os.path.dirname(path)
-    return path
+def switch():
+    """HPCWIZARD_PYZ_CACHE: True for on (the default), False for off; SystemExit(2) with one
+    line for anything else."""
+    value = os.environ.get("HPCWIZARD_PYZ_CACHE", "on").strip().lower()
+    if value in ("on", "1", "yes", ""):
+        return True
+    if value in ("off", "0", "no"):
+        return False
+    sys.stderr.write("hpcwizard: HPCWIZARD_PYZ_CACHE=%s: give on or off\n"
+                     % os.environ["HPCWIZARD_PYZ_CACHE"])
+    raise SystemExit(2)
 
 
-def unpacked(archive, build_id, root=None):
+def private_root():
+    """The resolved pyz/ directory, made private where missing; None where it is not
+    provably ours (or cannot be made). Resolved once: the path returned is the one checked,
+    so that a link on the way that another user swaps afterwards changes nothing."""
+    root = os.path.realpath(cache_root())
+    # nothing is created where the directories on the way are someone else's, or open to
+    # others (root under sudo with another user's HOME)
+    if not trusted(nearest_existing(root), root):
+        return None
+    make_private_dirs(root)
+    return root if trusted(root, root) else None
+
+
+def unpacked(archive, build_id):
     """The directory holding this build's files, unpacked now if they are not yet; None where
     the archive should run as it is (the module docstring says when)."""
-    if os.environ.get("HPCWIZARD_PYZ_CACHE", "").lower() in ("off", "0", "no"):
-        return None
-    if sys.flags.dont_write_bytecode or not build_id.isalnum():
+    if not switch() or sys.flags.dont_write_bytecode or not build_id.isalnum():
         return None
     try:
-        root = root or cache_root()
+        root = private_root()
+        if root is None:
+            return None
         final = os.path.join(root, build_id)
         # trusted before anything is read there: a .complete that is another user's FIFO
         # would hold the start forever
-        if os.path.lexists(final) and trusted(final, root) and _complete(final, build_id):
-            os.utime(os.path.join(final, MARKER))  # used last now: _tidy keeps it
+        if trusted(final, root) and _complete(final, build_id):
             return final
-        # nothing is created where the directories on the way are someone else's, or open
-        # to others (root under sudo with another user's HOME)
-        if not trusted(nearest_existing(root), root):
-            return None
-        make_private_dirs(root)
-        if not trusted(root, root):
-            return None
-        if os.path.lexists(final):
-            # in our private directory, yet not a private, complete copy: not renamed into
-            # place by _unpack, or opened up since — not used, but replaced
-            if os.path.isdir(final) and not os.path.islink(final):
-                shutil.rmtree(final)
-            else:
-                os.unlink(final)
-        final = _unpack(archive, root, build_id)
-        if not (_complete(final, build_id) and trusted(final, root)):
-            return None
-        _tidy(root, build_id)
-        return final
+        with _Locked(root):
+            if trusted(final, root) and _complete(final, build_id):
+                return final  # another start unpacked it while this one waited
+            if os.path.lexists(final):
+                # in our private directory, yet not a private, complete copy (opened up
+                # with chmod since, say): not used, but replaced
+                _remove(root, final)
+            final = _unpack(archive, root, build_id)
+            _tidy(root, build_id)
+        return final if trusted(final, root) and _complete(final, build_id) else None
     except Exception:  # noqa: BLE001 - whatever stops the copy, the archive itself still runs
         return None
+
+
+_HELD = []  # the shared lock on the running build's .complete, held until the exit
+
+
+def _hold(build_dir):
+    """Mark the build as used: a shared lock for _tidy, and .complete's time for the order."""
+    import fcntl
+
+    fd = os.open(os.path.join(build_dir, MARKER), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    _HELD.append(fd)
+    try:
+        os.utime(os.path.join(build_dir, MARKER))
+    except OSError:  # a read-only home still runs from its copy
+        pass
 
 
 def enter(archive, build_id):
@@ -195,8 +280,14 @@ def enter(archive, build_id):
     where = unpacked(archive, build_id)
     if where is None:
         return False
+    try:
+        _hold(where)
+    except OSError:
+        return False
     archive = os.path.realpath(archive)
     sys.path[:] = [where] + [p for p in sys.path if os.path.realpath(p) != archive]
     sys.path_importer_cache.clear()
-    sys.dont_write_bytecode = False  # into the copy's __pycache__: what it is there for
+    # Python keeps bytecode again, into the copy's __pycache__ above all, which is what the
+    # copy is for (the rest of sys.path is the interpreter's own, compiled when installed)
+    sys.dont_write_bytecode = False
     return True

@@ -20,50 +20,56 @@ _CACERT = []
 def _cacert_where():
     """certifi.where() for the zipapp run from the archive itself. certifi's own would
     extract cacert.pem from the zip to a temporary file on every run that imports requests;
-    this keeps one copy in the user's cache directory (~/.cache/hpcwizard/), rewritten only
-    when it differs — where that directory is provably ours, else certifi's own."""
+    this keeps one copy in the zipapp's private cache directory (~/.cache/hpcwizard/pyz/),
+    rewritten only when it differs. CA certificates decide whom a download trusts: where
+    that directory is not provably ours (root under sudo with another user's HOME), or
+    cannot be written, certifi's own."""
     if _CACERT:
         return _CACERT[0]
     import os
     import _hpcwizard_pyz as unpack
     import certifi
-    from platformdirs import user_cache_dir
 
     data = certifi.contents()
-    cache = user_cache_dir("hpcwizard")
-    path = os.path.join(cache, "certifi-%s-cacert.pem" % certifi.__version__)
-    # CA certificates decide whom a download trusts: only from a directory that is ours
-    # (root under sudo with another user's HOME gets certifi's temporary file)
-    if not unpack.trusted(unpack.nearest_existing(cache), cache):
-        path = _certifi_where()
-        current = data
-    else:
+    root = None
+    try:
+        root = unpack.private_root()
+    except OSError:
+        pass
+    path = None
+    if root is not None:
+        path = os.path.join(root, "certifi-%s-cacert.pem" % certifi.__version__)
         try:
             with open(path, encoding="ascii") as f:
                 current = f.read()
         except (OSError, ValueError):
             current = None
-    if current != data:
-        try:
-            unpack.make_private_dirs(cache)
+        if current != data:
             tmp = "%s.%d.tmp" % (path, os.getpid())
-            with open(tmp, "w", encoding="ascii") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except OSError:
-            path = _certifi_where()  # cache not writable: certifi's temporary file after all
-    _CACERT.append(path)
-    return path
+            try:
+                with open(tmp, "w", encoding="ascii") as f:
+                    f.write(data)
+                os.replace(tmp, path)
+            except OSError:  # no space, say: no half-written file is left
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+                path = None
+    _CACERT.append(path or _certifi_where())
+    return _CACERT[0]
 
 
 def _run():
     global _certifi_where
     import os
-    import _hpcwizard_pyz  # tools/pyz_cache.py
 
     try:
+        import _hpcwizard_pyz  # tools/pyz_cache.py
+
         unpacked = _hpcwizard_pyz.enter(os.path.dirname(__file__), "@BUILD_ID@")
     except KeyboardInterrupt:  # Ctrl-C while it unpacks: nothing half-made is left in use
+        sys.stderr.write("hpcwizard: interrupted\n")
         sys.exit(130)
     if not unpacked:  # run from the archive itself: certifi's file is inside the zip
         import certifi
