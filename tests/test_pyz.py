@@ -501,6 +501,18 @@ def test_links_on_the_way_are_resolved_once_and_never_chmod_ed(pyz, tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[-1] == str(pyz / "hpcwizard" / "cli.py")
     assert oct(victim.stat().st_mode & 0o777) == oct(0o644)
+    # a link realpath cannot resolve (a loop, here; or one whose target is missing) stays in
+    # the path it returns: refused, whatever it might point to by the time of an import
+    looped = tmp_path / "looped"
+    looped.mkdir()
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (looped / ".cache").symlink_to(tmp_path / "loop")
+    for env in ({}, FROM["archive"]):  # the copy, and the CA file of a run from the archive
+        r = in_pyz(py, pyz, looped, WHERE + "import certifi, requests\nprint(certifi.where())\n",
+                   env)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.splitlines()[-2] == str(pyz / "hpcwizard" / "cli.py")
+        assert "loop" not in r.stdout.splitlines()[-1]
 
 
 _SECOND_USER = pytest.mark.skipif(
@@ -632,3 +644,48 @@ def test_tui_from_the_pyz_reaches_the_system_screen(pyz, version, tmp_path):
     finally:
         tmux.kill()
     assert_wrote_nothing(pyz, home)
+
+
+def _unpacker(monkeypatch):
+    """tools/pyz_cache.py as a module, as if Python kept bytecode (this process may not)."""
+    import importlib.util
+    import types
+    spec = importlib.util.spec_from_file_location("pyz_cache_under_test",
+                                                  ROOT / "tools" / "pyz_cache.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "sys", types.SimpleNamespace(
+        flags=types.SimpleNamespace(dont_write_bytecode=False), stderr=sys.stderr, path=[]))
+    return mod
+
+
+def test_a_link_swapped_while_it_is_checked_is_not_followed(tmp_path, monkeypatch):
+    """realpath leaves a link it cannot resolve (a loop) in the path it returns; were that
+    path checked by resolving it again, whoever owns the link could point it at a good copy
+    for the check and at their own files for the imports. The path is checked as written:
+    a link in it is refused, whatever it points to at the time."""
+    mod = _unpacker(monkeypatch)
+    good = tmp_path / "good"
+    copy = good / "hpcwizard" / "pyz" / "abc"
+    copy.mkdir(parents=True)
+    (copy / ".complete").write_text("abc\n")
+    for d in (tmp_path, good, good / "hpcwizard", copy.parent, copy):
+        d.chmod(0o700)
+    link = tmp_path / "link"
+    monkeypatch.setattr(mod, "cache_root", lambda: str(link / "hpcwizard" / "pyz"))
+    # the control: a link that resolves from the start is followed once, and the copy used
+    link.symlink_to(good)
+    assert mod.unpacked("/nonexistent.pyz", "abc") == str(copy)
+    # the attack: a loop when resolved, the good copy when checked
+    link.unlink()
+    link.symlink_to(link)
+    checked = mod.trusted
+
+    def swapped(path, private_from):
+        if os.readlink(link) != str(good):
+            link.unlink()
+            link.symlink_to(good)
+        return checked(path, private_from)
+
+    monkeypatch.setattr(mod, "trusted", swapped)
+    assert mod.unpacked("/nonexistent.pyz", "abc") is None

@@ -10,11 +10,12 @@ __main__ calls enter() first. Standard library and platformdirs only, and Python
                                             writes beside them as it imports; .complete last
 
 A copy is used only when it is provably ours: every directory from it up to / belongs to
-this user or root and nobody else can write in it (as OpenSSH's StrictModes asks of
-~/.ssh), the build's own directories are private (0700), and its .complete names the very
-build that runs; in our own private pyz/ directory, one that is not is replaced. It is
-unpacked into a private temporary directory beside it and renamed into place whole, so that
-a kill in the middle leaves nothing that is used. Anything else —
+this user or root, nobody else can write in it (as OpenSSH's StrictModes asks of ~/.ssh)
+and none is a link once the path has been resolved; pyz/ and the build's directory are
+private (0700); and its .complete names the very build that runs. In our own private pyz/,
+one that is not is replaced. It is unpacked into a private temporary directory beside it
+and renamed into place whole, so that a kill in the middle leaves nothing that is used.
+Anything else —
 a home that belongs to another user (root under sudo keeps HOME=/home/alice), a cache that
 is not writable, a full disk, PYTHONDONTWRITEBYTECODE or -B (no bytecode would be kept),
 HPCWIZARD_PYZ_CACHE=off — runs from the archive, as before, and writes nothing there.
@@ -54,18 +55,17 @@ def _safe_dir(st, private):
 
 
 def trusted(path, private_from):
-    """Every directory from path up to /, symbolic links resolved, is safe (see _safe_dir);
-    those at or below private_from are private too."""
-    real = os.path.realpath(path)
-    private_from = os.path.realpath(private_from)
-    here = real
+    """Every directory from path up to / is safe (see _safe_dir), and none is a symbolic
+    link: path is checked as it is written, which is how it will be used (resolve it first,
+    once). Those at or below private_from are private too."""
+    here = os.path.abspath(path)
+    private_from = os.path.abspath(private_from).rstrip("/") + "/"
     while True:
         try:
-            st = os.lstat(here)
+            st = os.lstat(here)  # a link is not a directory: refused
         except OSError:
             return False
-        inside = here == private_from or here.startswith(private_from.rstrip("/") + "/")
-        if not _safe_dir(st, inside):
+        if not _safe_dir(st, (here.rstrip("/") + "/").startswith(private_from)):
             return False
         parent = os.path.dirname(here)
         if parent == here:
@@ -119,15 +119,21 @@ class _Locked:
     def __enter__(self):
         import fcntl
 
-        end = time.monotonic() + LOCK_WAIT_S
+        start = time.monotonic()
+        said = False
         while True:
             try:
                 fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 return self
             except BlockingIOError:
-                if time.monotonic() > end:
+                waited = time.monotonic() - start
+                if waited > LOCK_WAIT_S:
                     os.close(self.fd)
                     raise
+                if waited > 1.0 and not said:  # a stopped start (Ctrl-Z) holds it, say
+                    sys.stderr.write("hpcwizard: waiting for another start to unpack "
+                                     "hpcwizard.pyz (%ds at most)\n" % LOCK_WAIT_S)
+                    said = True
                 time.sleep(0.05)
 
     def __exit__(self, *exc):
@@ -221,13 +227,15 @@ def private_root():
     """The resolved pyz/ directory, made private where missing; None where it is not
     provably ours (or cannot be made). Resolved once: the path returned is the one checked,
     so that a link on the way that another user swaps afterwards changes nothing."""
+    # resolved once (a link of ours on the way, ~/.cache to a larger disk, say); a link that
+    # realpath leaves unresolved (a loop, a missing target) is refused by trusted()
     root = os.path.realpath(cache_root())
     # nothing is created where the directories on the way are someone else's, or open to
     # others (root under sudo with another user's HOME)
     if not trusted(nearest_existing(root), root):
         return None
     make_private_dirs(root)
-    return root if trusted(root, root) else None
+    return root if trusted(root, root) and os.path.realpath(root) == root else None
 
 
 def unpacked(archive, build_id):
@@ -265,8 +273,13 @@ def _hold(build_dir):
     """Mark the build as used: a shared lock for _tidy, and .complete's time for the order."""
     import fcntl
 
-    fd = os.open(os.path.join(build_dir, MARKER), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    marker = os.path.join(build_dir, MARKER)
+    fd = os.open(marker, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     fcntl.flock(fd, fcntl.LOCK_SH)
+    held, there = os.fstat(fd), os.stat(marker)
+    if (held.st_dev, held.st_ino) != (there.st_dev, there.st_ino):
+        os.close(fd)  # removed (renamed aside) between the check and the lock
+        raise OSError("%s: removed while starting" % build_dir)
     _HELD.append(fd)
     try:
         os.utime(os.path.join(build_dir, MARKER))
