@@ -158,6 +158,21 @@ def test_all_steps_run_in_order(record):
     assert "ran 1" in log and "ran 5" in log and "already done" in log
 
 
+def test_an_unreachable_mirror_is_diagnosed_as_apts_not_as_the_instances_names(record):
+    """apt's "Could not resolve 'mirror.invalid'" also fits the job signature for instance
+    names that do not resolve ("add them to /etc/hosts"): a step's own signatures come first."""
+    from pathlib import Path
+
+    log = (Path(__file__).parent / "fixtures" / "logs" / "mirror-unreachable.log").read_text()
+    lines = [*log.splitlines(), "ssh: Could not resolve hostname node2: Name or service not known"]
+    runner = FakeRunner(fail={1: (1, lines)})
+    events: list = []
+    assert apply_record(record, runner, events.append) == "failed"
+    (fin,) = [e for e in events if isinstance(e, StepFinished) and e.status == "failed"]
+    assert [d.id for d in fin.diagnoses] == ["mirror-unreachable"]
+    assert "mirror.invalid" in fin.diagnoses[0].line
+
+
 def test_a_failing_step_stops_the_run_with_a_diagnosis(record):
     runner = FakeRunner(done=[1], fail={3: (100, ["Reading package lists...", APT_LOCK])})
     events: list = []

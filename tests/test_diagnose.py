@@ -24,9 +24,23 @@ def test_log_is_recognised(log):
     assert log.stem in found
 
 
+def _scope(log: Path) -> str:
+    return next(s.scope for s in signatures() if s.id == log.stem)
+
+
 @pytest.mark.parametrize("log", sorted(LOGS.glob("*.log")), ids=lambda p: p.stem)
-def test_job_scope_finds_it_too(log):
-    assert log.stem in [d.id for d in diagnose(log.read_text().splitlines(), scope="job")]
+def test_its_own_scope_finds_it(log):
+    """A job's failures are found by verify (scope "job"), an apply step's by apply (""),
+    and a step's log never reads as a job's."""
+    scope = _scope(log)
+    assert log.stem in [d.id for d in diagnose(log.read_text().splitlines(), scope=scope)]
+    if scope == "":
+        assert diagnose(log.read_text().splitlines(), scope="job") == [], log.stem
+
+
+def test_apts_own_failures_each_have_a_log():
+    have = {p.stem for p in LOGS.glob("*.log")}
+    assert {"apt-source-missing", "apt-would-remove", "mirror-unreachable"} <= have
 
 
 def test_every_signature_has_chinese_cause_and_fix():

@@ -281,7 +281,10 @@ def _apply_steps(record: Record, runner: Runner, sink: Sink, ahead: _ChecksAhead
             sink(RunFinished("interrupted", str(record.path)))
             return "interrupted"
         if code != 0:
-            found = diagnose(_tail(output))
+            # apply's own signatures first: a job's (a name that does not resolve) would
+            # misread apt's "Could not resolve 'mirror'" as the instances' names
+            tail = _tail(output)
+            found = diagnose(tail, scope="") or diagnose(tail, scope="job")
             _finish(record, sink, i, step, "failed", code, started, found)
             record.set_status("failed")
             sink(RunFinished("failed", str(record.path)))
