@@ -12,7 +12,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Log, ProgressBar, Static
 
 from hpcwizard.i18n import N_, _, field
-from hpcwizard.report import status_word
+from hpcwizard.report import earlier_lines, status_word
 
 from .widgets import WizardScreen, translate_bindings
 
@@ -199,6 +199,7 @@ class RunScreen(WizardScreen):
             elif isinstance(ev, RunFinished):
                 log.write_line("── " + _("{status}; record: {path}").format(
                     status=status_word(ev.status), path=ev.record))
+                log.write_lines(earlier_lines(ev.earlier))
         if pending:
             log.write_lines(pending)
         self.query_one("#run-steps", Static).update(self.steps_text())

@@ -82,3 +82,56 @@ def test_replacing_what_was_asked_about_refuses_what_came_since(tmp_path):
     companion.unlink()
     written = write_export(plan, "dockerfile", out, force=asked.value.paths)
     assert written == [out, companion] and out.read_text().startswith("#")
+
+
+def test_a_run_after_one_that_was_killed_names_that_record_and_its_undo(tmp_path):
+    """A kill -9 leaves a record saying "running". The next apply finds those changes made
+    and skips them, so its own undo cannot take them back: its end names the earlier record
+    and the undo that can, on the console and in the wizard's log alike (one event)."""
+    import io
+
+    from hpcwizard.apply import RunFinished
+    from hpcwizard.report import ConsoleSink
+
+    plan, facts = _plan_and_facts()
+    killed = Session(plan, facts, FakeRunner(), state_dir=tmp_path, lock=no_lock,
+                     record_name="a-killed.toml")
+    killed.begin()
+    killed.record.set_status("running")  # what a kill -9 mid-step leaves
+    done = Session(plan, facts, FakeRunner(), state_dir=tmp_path, lock=no_lock,
+                   record_name="b-done.toml")
+    done.begin()
+    finished = Session(plan, facts, FakeRunner(), state_dir=tmp_path, lock=no_lock,
+                       record_name="c-again.toml")
+    finished.begin()
+    done.run("apply", lambda event: None)  # a finished run is not named: nothing is left
+    events: list = []
+    out = io.StringIO()
+    sink = ConsoleSink(out)
+
+    def both(event):
+        events.append(event)
+        sink(event)
+
+    assert finished.run("apply", both) == "done"
+    (end,) = [e for e in events if isinstance(e, RunFinished)]
+    assert end.earlier == ((str(killed.record.path), "running"),)
+    text = out.getvalue()
+    assert f"hpcwizard undo {killed.record.path}" in text
+    assert "b-done" not in text
+    assert str(killed.record.path) in finished.record.log_path.read_text()
+
+
+def test_a_record_that_is_not_provably_ours_is_not_read_for_it(tmp_path):
+    from hpcwizard.record import unfinished_records
+
+    plan, facts = _plan_and_facts()
+    killed = Session(plan, facts, FakeRunner(), state_dir=tmp_path, lock=no_lock,
+                     record_name="a-killed.toml")
+    killed.begin()
+    killed.record.set_status("running")
+    killed.record.path.chmod(0o666)  # anyone could have written it
+    assert unfinished_records(killed.record.path.parent, tmp_path / "new.toml") == []
+    killed.record.path.chmod(0o600)
+    assert unfinished_records(killed.record.path.parent, tmp_path / "new.toml") == [
+        (str(killed.record.path), "running")]

@@ -12,7 +12,7 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Protocol, Sequence
+from typing import Callable, List, Optional, Protocol, Sequence, Tuple
 
 from . import ops, proc
 from .diagnose import Diagnosis, diagnose
@@ -55,6 +55,9 @@ class StepFinished:
 class RunFinished:
     status: str  # done | failed | interrupted | undone | undo-failed
     record: str
+    # (path, status) of earlier applies' records that did not finish (record.
+    # unfinished_records): what they changed is theirs to undo, not this record's
+    earlier: Tuple[Tuple[str, str], ...] = ()
 
 
 Sink = Callable[[object], None]

@@ -22,7 +22,7 @@ import socket
 import stat
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import tomli_w
 
@@ -261,6 +261,34 @@ def trusted_path(path: Path, use: str = "", update: bool = False) -> str:
         raise BadInput(_("record {path} cannot be updated: you cannot write to its directory "
                          "{dir}").format(path=shown, dir=os.path.dirname(real)))
     return real
+
+
+# What a run did not finish: killed (its record still says running), interrupted, failed.
+UNFINISHED = ("running", "interrupted", "failed")
+
+
+def unfinished_records(directory: Path, but: Path, limit: int = 20) -> List[Tuple[str, str]]:
+    """(path, status) of the newest records in directory (at most `limit` looked at) whose
+    run did not finish, `but` (the new run's own) left out, newest first. A run after them
+    finds their changes made and skips those steps, so its own record cannot take them back:
+    each stays theirs to undo. Only records provably ours are read (Record.load); others are
+    passed over, unread."""
+    try:
+        names = sorted((n for n in os.listdir(directory) if n.endswith(".toml")), reverse=True)
+    except OSError:
+        return []
+    found: List[Tuple[str, str]] = []
+    for name in names[:limit + 1]:
+        path = Path(directory) / name
+        if os.path.abspath(path) == os.path.abspath(but):
+            continue
+        try:
+            status = Record.load(path).data.get("status", "")
+        except BadInput:
+            continue
+        if status in UNFINISHED:
+            found.append((str(path), status))
+    return found
 
 
 # --- structure -----------------------------------------------------------------------------

@@ -3,9 +3,10 @@ own widgets from the same Plan and events."""
 from __future__ import annotations
 
 import re
+import shlex
 import sys
 import textwrap
-from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO
+from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
 from .apply import RunFinished, StepFinished, StepOutput, StepStarted
 from .i18n import N_, _, field
@@ -123,6 +124,20 @@ def status_word(status: str) -> str:
     return _(STATUS_WORDS[status]) if status in STATUS_WORDS else status
 
 
+def earlier_lines(earlier: Sequence[Tuple[str, str]]) -> List[str]:
+    """What a run's end says of earlier applies that did not finish (RunFinished.earlier):
+    this run skipped what they had done, so only their own record takes it back."""
+    if not earlier:
+        return []
+    lines = [_("Earlier applies did not finish; what they changed is not in this record, "
+               "and this record's undo leaves it. To take it back, undo each, newest first:")]
+    # "running" in a record nobody runs (the lock is ours): killed mid-run
+    lines += ["  " + _("{status}: hpcwizard undo {path}").format(
+        status=_("stopped mid-run") if status == "running" else status_word(status),
+        path=shlex.quote(path)) for path, status in earlier]
+    return lines
+
+
 class ConsoleSink:
     """Prints apply events: a header per step, its output, and the outcome."""
 
@@ -169,4 +184,6 @@ class ConsoleSink:
                 w(_("To take back what was done: hpcwizard undo {path}").format(
                     path=event.record) + "\n")
             w(_("result: {status}").format(status=status_word(event.status)) + "\n")
+            for line in earlier_lines(event.earlier):
+                w(line + "\n")
         self.stream.flush()

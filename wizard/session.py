@@ -16,6 +16,7 @@ import contextlib
 import os
 import stat
 import subprocess
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterable, List, Optional, Sequence
@@ -110,6 +111,7 @@ class Session:
         self._lock = lock
         self._held: Optional[contextlib.ExitStack] = None
         self._reload = False
+        self.earlier: "tuple[tuple[str, str], ...]" = ()
 
     @classmethod
     def of_record(cls, record: Any, runner: Any, **kw: Any) -> "Session":
@@ -157,6 +159,13 @@ class Session:
             self.release()
             raise
         self.record = record
+        # read under the lock: no other apply of this machine is writing one meanwhile
+        from .record import unfinished_records
+
+        self.earlier = tuple(unfinished_records(record.path.parent, record.path))
+        if self.earlier:
+            record.log("earlier records that did not finish (theirs to undo): "
+                       + ", ".join(f"{p} ({s})" for p, s in self.earlier))
         return record
 
     def run(self, action: str, sink: Callable[[object], None]) -> str:
@@ -180,7 +189,7 @@ class Session:
             if action == "undo":
                 self.status = undo_record(self.record, self.runner, sink)
             else:
-                self.status = apply_record(self.record, self.runner, sink)
+                self.status = apply_record(self.record, self.runner, self._telling_earlier(sink))
         except BaseException:
             # a record that could not be written (a full disk): the run did not end well,
             # and None would make exit_code() say "nothing ran" (0) to the wizard's caller
@@ -189,6 +198,19 @@ class Session:
         finally:
             self.release()
         return self.status
+
+    def _telling_earlier(self, sink: Callable[[object], None]) -> Callable[[object], None]:
+        """sink, with the run's end naming the earlier unfinished records (begin())."""
+        from .apply import RunFinished
+
+        if not self.earlier:
+            return sink
+
+        def tell(event: object) -> None:
+            if isinstance(event, RunFinished):
+                event = dataclasses.replace(event, earlier=self.earlier)
+            sink(event)
+        return tell
 
     def _acquire(self, action: str) -> None:
         stack = contextlib.ExitStack()
