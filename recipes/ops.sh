@@ -706,7 +706,9 @@ _hw_pkg_run() {
     # A package the user has is never taken to make room: apt's own --no-remove refuses
     # such a transaction, and the simulation says first what apt wanted to remove.
     local remove
-    remove=$(apt-get -s install --no-install-recommends "${asked[@]}" 2>/dev/null | awk '/^Remv /{print $2}' | sort -u | tr '\n' ' ')
+    # (one apt cannot resolve fails below, in apt's own words)
+    remove=$({ apt-get -s install --no-install-recommends "${asked[@]}" 2>/dev/null || true; } \
+      | awk '/^Remv /{print $2}' | sort -u | tr '\n' ' ')
     if [ -n "$remove" ]; then
       _hw_pkg_settle
       _hw_die "installing ${asked[*]} would make apt remove ${remove% }, which hpcwizard does not do (it removes no package it did not install): nothing was installed; install them by hand if that is what you want"
@@ -840,7 +842,7 @@ _hw_pkg_needed_by_others() {
     | awk -F '\t' -v listfile="$1" '
         function bare(x) { sub(/^[ \t]+/, "", x); sub(/[ (:].*/, "", x); return x }
         BEGIN { while ((getline l < listfile) > 0) ours[l] = 1 }
-        substr($1, 1, 2) == "ii" {
+        substr($1, 2, 1) == "i" {
           if ($2 in ours) { n = split($4, p, /,/); for (i = 1; i <= n; i++) { x = bare(p[i]); if (x != "") by[x] = by[x] " " $2 }; next }
           n = split($3, d, /[,|]/)
           for (i = 1; i <= n; i++) { x = bare(d[i]); if (x != "") want[x] = 1 } }

@@ -281,3 +281,9 @@ def test_undo_of_unchanged_config_files_keeps_nothing(tmp_path, local_repo) -> N
     assert undone.returncode == 0, undone.stderr
     assert "kept" not in undone.stderr
     assert not list(Path("/etc").glob("hwt-server.*"))
+
+
+def test_an_install_apt_cannot_resolve_fails_with_apts_own_words(tmp_path, local_repo) -> None:
+    ran = op(tmp_path, "hwt-no-such-package", env=local_repo)
+    assert ran.returncode != 0
+    assert "hwt-no-such-package" in ran.stderr, ran.stderr  # not a silent exit of the check before it
