@@ -494,3 +494,17 @@ def test_a_kept_copy_has_the_mode_of_the_file_it_copies(tmp_path: Path, when: st
     done = op(tmp_path, "hw_file secret.conf --mode 0640", "c\n" if when == "run" else None, mode=when)
     assert done.returncode == 0 and "kept in" in done.stderr, done.stderr
     assert stat.S_IMODE((tmp_path / "secret.conf.hpcwizard-kept").stat().st_mode) == 0o640
+
+
+def test_packages_check_takes_alternatives_as_debian_does(tmp_path: Path) -> None:
+    """a|b|c is there when any of them is installed or provided (systemd for Debian 13's
+    sysusers), and missing only when none is."""
+    real, plain, _versioned = _dpkg_names()
+    for there in (f"'hpcwizard-no-such-package|{real}'", f"'hpcwizard-no-such-package|{plain}'"):
+        checked = op(tmp_path, f"hw_packages apt {real} {there}", mode="check")
+        assert checked.returncode == 0, (there, checked.stderr)
+    none = "'hpcwizard-no-such-package|hpcwizard-no-such-either'"
+    assert op(tmp_path, f"hw_packages apt {real} {none}", mode="check").returncode == 1
+    diffed = op(tmp_path, f"hw_packages apt {real} {none}", mode="diff")
+    assert diffed.stdout == (f"install with apt: {real} "
+                             "hpcwizard-no-such-package|hpcwizard-no-such-either\n"), diffed.stderr
