@@ -146,12 +146,24 @@ _hw_is_ours() {  # _hw_is_ours SUM
     || { [ -e "$key.pending" ] && [ "$1" = "$(cat -- "$key.pending")" ]; }
 }
 
+# _hw_kept SRC FILE: SRC's bytes kept beside FILE as FILE.hpcwizard-kept (then .1, ...),
+# with FILE's mode and owner: SRC may be a copy of part of it made with other permissions,
+# and a private file (~/.ssh/config, 0600) must not come out readable by all. The copy is
+# made 0600 and only then given that mode, so it is never wider. Sets kept to its path.
+_hw_kept() {
+  local n=1 perms
+  kept=$2.hpcwizard-kept
+  while [ -e "$kept" ] || [ -L "$kept" ]; do kept=$2.hpcwizard-kept.$n; n=$((n + 1)); done
+  perms=$(stat -c '%a %u %g' -- "$2" 2>/dev/null) || perms="600 $(id -u) $(id -g)"
+  # shellcheck disable=SC2086
+  _hw_put "$1" "$kept" $perms
+}
+
 # Someone changed what hpcwizard wrote: keep their version beside it, and say so.
 _hw_keep() {  # _hw_keep SRC
-  local dest=$real.hpcwizard-kept n=1
-  while [ -e "$dest" ]; do dest=$real.hpcwizard-kept.$n; n=$((n + 1)); done
-  cp -p -- "$1" "$dest"
-  _hw_say "$path was changed after hpcwizard wrote it; that version is kept in $dest"
+  local kept
+  _hw_kept "$1" "$real"
+  _hw_say "$path was changed after hpcwizard wrote it; that version is kept in $kept"
 }
 
 # The previous file, kept until the change is validated; then the change is marked pending.
@@ -556,23 +568,30 @@ hw_ssh_host_keys() (
 
 # --- hw_packages: one transaction of the package manager --------------------------------------
 #   hw_packages apt|dnf|yum [--lock-timeout SECONDS] NAME...
+# A NAME may be alternatives, Debian's way: a|b|c is satisfied when any of them is installed
+# or provided, and when none is, the first is installed (Debian 13's sysusers: apt would
+# pick systemd for openssh-server, replacing the standalone one a container wants).
 # check: every NAME is installed, or provided by an installed package, and (apt) dpkg has
 #        nothing half done.
 # run:   (apt) an install a killed run left half done is finished; one update, which fails
-#        when no mirror answered; then one install. What that transaction newly installed is
+#        when no mirror answered; then one install, which never removes a package (a
+#        transaction that needs a removal fails, naming it). What that transaction newly installed is
 #        written down from what the package manager reports before and after it: KEY.new
 #        (packages that were not there at all) and KEY.configs (removed but not purged
 #        before: their configuration was there). A list a killed run left is finished by the
 #        next run or undo, counting only the NAMEs and what they depend on.
 # undo:  purges exactly KEY.new, less what another installed package still needs (kept,
-#        and the output says which and for whom); KEY.configs go back to removed, with
-#        their configuration. A failed or satisfied install purges nothing.
+#        and the output says which and for whom) and less what would make apt install
+#        another package in their place; KEY.configs go back to removed, with their
+#        configuration. A configuration file of a purged package changed since it was
+#        installed (a dpkg conffile, or one ucf keeps) is kept first as PATH.hpcwizard-kept.
+#        A failed or satisfied install purges nothing.
 
 hw_packages() (
   _hw_pkg_start "$@"
   case $mode in
-    check) _hw_pkg_installed "${names[@]}" ;;
-    diff) _hw_pkg_installed "${names[@]}" || printf 'install with %s: %s\n' "$pm" "${names[*]}" ;;
+    check) _hw_pkg_installed ;;
+    diff) _hw_pkg_installed || printf 'install with %s: %s\n' "$pm" "${names[*]}" ;;
     run) _hw_pkg_run ;;
     undo) _hw_pkg_undo; _hw_tidy ;;
   esac
@@ -610,23 +629,46 @@ _hw_pkg_states() {
   fi
 }
 
-_hw_pkg_installed() {
-  local missing
+# Every alternative of every NAME, one a line: the roots of what the transaction gave.
+_hw_pkg_roots() { printf '%s\n' "${names[@]}" | tr '|' '\n' | sed '/^$/d' | sort -u; }
+
+# The NAMEs none of whose alternatives is installed or provided by an installed package (a
+# virtual name, as Debian 13's dnsutils), one a line.
+_hw_pkg_missing() {
+  local n a ok alts=()
   if [ "$pm" = apt ]; then
-    missing=$(dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' -- "$@" 2>/dev/null \
-      | awk -v names="$*" '$1 ~ /^ii/ { have[$2] = 1 }
-          END { n = split(names, want, " "); for (i = 1; i <= n; i++) if (!(want[i] in have)) print want[i] }')
-    if [ -n "$missing" ]; then
-      # a virtual name (Debian 13's dnsutils): an installed package that provides it
-      dpkg-query -W -f='${db:Status-Abbrev} ${Provides}\n' 2>/dev/null \
-        | awk -v names="$missing" '$1 ~ /^ii/ { for (i = 2; i <= NF; i++) { n = $i; sub(/,$/, "", n); have[n] = 1 } }
-            END { n = split(names, want, "\n"); for (i = 1; i <= n; i++) if (!(want[i] in have)) exit 1 }' \
-        || return 1
-    fi
-    [ -z "$(dpkg --audit 2>/dev/null)" ]
+    dpkg-query -W -f='${db:Status-Abbrev}\t${Package}\t${Provides}\n' 2>/dev/null \
+      | awk -F '\t' -v names="${names[*]}" '
+          $1 ~ /^ii/ { have[$2] = 1; k = split($3, p, /,/)
+                       for (i = 1; i <= k; i++) { x = p[i]; sub(/^[ \t]+/, "", x); sub(/[ (:].*/, "", x); if (x != "") have[x] = 1 } }
+          END { n = split(names, want, " ")
+                for (i = 1; i <= n; i++) { k = split(want[i], alt, "|"); ok = 0
+                  for (j = 1; j <= k; j++) if (alt[j] in have) ok = 1
+                  if (!ok) print want[i] } }'
   else
-    for p in "$@"; do rpm -q --whatprovides "$p" > /dev/null 2>&1 || return 1; done
+    for n in "${names[@]}"; do
+      ok=0
+      IFS='|' read -ra alts <<< "$n"
+      for a in "${alts[@]}"; do if rpm -q --whatprovides "$a" > /dev/null 2>&1; then ok=1; break; fi; done
+      [ "$ok" = 1 ] || printf '%s\n' "$n"
+    done
   fi
+}
+
+_hw_pkg_installed() {
+  [ -z "$(_hw_pkg_missing)" ] || return 1
+  if [ "$pm" = apt ]; then [ -z "$(dpkg --audit 2>/dev/null)" ]; fi
+}
+
+# What the install asks for: a plain NAME as it is; alternatives only when none of them is
+# there, and then the first.
+_hw_pkg_asked() {
+  local n missing
+  missing=$(_hw_pkg_missing)
+  for n in "${names[@]}"; do
+    if [ "$n" = "${n%%|*}" ]; then printf '%s\n' "$n"
+    elif grep -qxF -- "$n" <<< "$missing"; then printf '%s\n' "${n%%|*}"; fi
+  done
 }
 
 # An install a stopped run left half done is finished (dpkg --configure -a). While another
@@ -657,10 +699,23 @@ _hw_pkg_run() {
   if [ ! -e "$key.before" ]; then
     _hw_pkg_states > "$key.before.tmp" && mv -f -- "$key.before.tmp" "$key.before"
   fi
-  if [ "$pm" = apt ]; then
-    apt-get "${lock[@]}" install -y --no-install-recommends "${names[@]}"
+  local asked=()
+  mapfile -t asked < <(_hw_pkg_asked)
+  if [ ${#asked[@]} -eq 0 ]; then :
+  elif [ "$pm" = apt ]; then
+    # A package the user has is never taken to make room: apt's own --no-remove refuses
+    # such a transaction, and the simulation says first what apt wanted to remove.
+    local remove
+    # (one apt cannot resolve fails below, in apt's own words)
+    remove=$({ apt-get -s install --no-install-recommends "${asked[@]}" 2>/dev/null || true; } \
+      | awk '/^Remv /{print $2}' | sort -u | tr '\n' ' ')
+    if [ -n "$remove" ]; then
+      _hw_pkg_settle
+      _hw_die "installing ${asked[*]} would make apt remove ${remove% }, which hpcwizard does not do (it removes no package it did not install): nothing was installed; install them by hand if that is what you want"
+    fi
+    apt-get "${lock[@]}" install -y --no-install-recommends --no-remove "${asked[@]}"
   else
-    "$pm" install -y "${names[@]}"
+    "$pm" install -y "${asked[@]}"
   fi
   _hw_pkg_settle
 }
@@ -703,9 +758,11 @@ _hw_pkg_reach() {
 
 # What the transaction (or a killed one) gave: from the states before, now, and the reach.
 _hw_pkg_settle() {
+  local roots=()
   [ -e "$key.before" ] || return 0
   _hw_pkg_states > "$work/after"
-  _hw_pkg_reach "${names[@]}" > "$work/reach"
+  mapfile -t roots < <(_hw_pkg_roots)
+  _hw_pkg_reach "${roots[@]}" > "$work/reach"
   awk 'FILENAME == ARGV[1] { before[$2] = substr($1, 2, 1); next }
        FILENAME == ARGV[2] { reach[$1] = 1; next }
        substr($1, 2, 1) != "n" && substr($1, 2, 1) != "c" && ($2 in reach) {
@@ -720,7 +777,7 @@ _hw_pkg_settle() {
 }
 
 _hw_pkg_undo() {
-  local lock=(-o "DPkg::Lock::Timeout=$timeout") list=() extra needed=()
+  local lock=(-o "DPkg::Lock::Timeout=$timeout") list=() extra needed=() inst=()
   if [ "$pm" = apt ]; then _hw_dpkg_finish; fi
   _hw_pkg_settle   # a killed run's list, finished first
   _hw_pkg_states > "$work/now"
@@ -731,7 +788,23 @@ _hw_pkg_undo() {
   # Keep what another installed package needs: apt would take that package with ours.
   while [ ${#list[@]} -gt 0 ]; do
     if [ "$pm" = apt ]; then
-      apt-get -s purge "${list[@]}" 2>/dev/null | awk '/^Purg /{print $2}' | sort -u > "$work/would"
+      apt-get -s purge "${list[@]}" 2>/dev/null > "$work/sim" || true
+      awk '/^Purg /{print $2}' "$work/sim" | sort -u > "$work/would"
+      mapfile -t inst < <(awk '/^Inst /{print $2}' "$work/sim" | sort -u)
+      if [ ${#inst[@]} -gt 0 ]; then
+        # apt would install something in their place (openssh-server's sysusers: systemd
+        # for systemd-standalone-sysusers): keep what a package not ours needs of ours
+        printf '%s\n' "${list[@]}" | sort -u > "$work/list"
+        mapfile -t needed < <(_hw_pkg_needed_by_others "$work/list")
+        if [ ${#needed[@]} -eq 0 ]; then
+          _hw_say "purging ${list[*]} would make apt install ${inst[*]}, which hpcwizard does not do: kept them all"
+          list=()
+          break
+        fi
+        _hw_say "kept ${needed[*]}: purging it would make apt install ${inst[*]} for packages hpcwizard did not install"
+        mapfile -t list < <(printf '%s\n' "${list[@]}" | grep -vxF -f <(printf '%s\n' "${needed[@]}"))
+        continue
+      fi
     else
       rpm -e --test "${list[@]}" 2>&1 | awk '/is needed by \(installed\)/ {print $NF}' \
         | while read -r nvr; do rpm -q --qf '%{NAME}\n' "$nvr"; done | sort -u > "$work/would-extra"
@@ -750,7 +823,7 @@ _hw_pkg_undo() {
     mapfile -t list < <(printf '%s\n' "${list[@]}" | grep -vxF -f <(printf '%s\n' "${needed[@]}"))
   done
   if [ ${#list[@]} -gt 0 ]; then
-    if [ "$pm" = apt ]; then apt-get "${lock[@]}" purge -y "${list[@]}"
+    if [ "$pm" = apt ]; then _hw_pkg_keep_configs "${list[@]}"; apt-get "${lock[@]}" purge -y "${list[@]}"
     else rpm -e "${list[@]}"; fi
   fi
   if [ -s "$key.configs" ] && [ "$pm" = apt ]; then
@@ -759,6 +832,45 @@ _hw_pkg_undo() {
     if [ ${#list[@]} -gt 0 ]; then apt-get "${lock[@]}" remove -y "${list[@]}"; fi
   fi
   rm -f -- "$key.new" "$key.configs" "$key.before"
+}
+
+# _hw_pkg_needed_by_others LIST: the packages of LIST (sorted) that an installed
+# package not in it depends on (Pre-Depends or Depends, any alternative, a virtual name
+# through its providers in LIST), one a line.
+_hw_pkg_needed_by_others() {
+  dpkg-query -W -f='${db:Status-Abbrev}\t${Package}\t${Pre-Depends}, ${Depends}\t${Provides}\n' 2>/dev/null \
+    | awk -F '\t' -v listfile="$1" '
+        function bare(x) { sub(/^[ \t]+/, "", x); sub(/[ (:].*/, "", x); return x }
+        BEGIN { while ((getline l < listfile) > 0) ours[l] = 1 }
+        substr($1, 2, 1) == "i" {
+          if ($2 in ours) { n = split($4, p, /,/); for (i = 1; i <= n; i++) { x = bare(p[i]); if (x != "") by[x] = by[x] " " $2 }; next }
+          n = split($3, d, /[,|]/)
+          for (i = 1; i <= n; i++) { x = bare(d[i]); if (x != "") want[x] = 1 } }
+        END { for (x in want) { if (x in ours) print x
+                                k = split(by[x], q, " "); for (j = 1; j <= k; j++) print q[j] } }' | sort -u
+}
+
+# _hw_pkg_keep_configs PKG...: before a purge, every configuration file of these packages
+# that changed since dpkg (a conffile) or ucf (sshd_config) put it there is kept as
+# PATH.hpcwizard-kept, as dpkg keeps a changed conffile on upgrade: a purge would delete it.
+_hw_pkg_keep_configs() {
+  local p f sum want kept
+  for p in "$@"; do
+    {
+      dpkg-query -W -f='${Conffiles}\n' -- "$p" 2>/dev/null | awk 'NF >= 2 {print $2, $1}'
+      if [ -r /var/lib/ucf/registry ] && [ -r /var/lib/ucf/hashfile ]; then
+        awk -v p="$p" 'FILENAME == ARGV[1] { if ($1 == p) mine[$2] = 1; next }
+                       ($2 in mine) {print $1, $2}' /var/lib/ucf/registry /var/lib/ucf/hashfile
+      fi
+    } > "$work/configs"
+    while read -r want f; do
+      [ -f "$f" ] && [ ! -L "$f" ] || continue
+      sum=$(md5sum < "$f") && sum=${sum%% *}
+      [ "$sum" != "$want" ] || continue
+      _hw_kept "$f" "$f"
+      _hw_say "$f (of $p) was changed after hpcwizard installed it; that version is kept in $kept"
+    done < "$work/configs"
+  done
 }
 
 # --- hw_sshd: an sshd serving the port --------------------------------------------------------

@@ -465,3 +465,46 @@ def test_packages_check_accepts_virtual_names_as_apt_installs_them(tmp_path: Pat
     diffed = op(tmp_path, missing, mode="diff")
     assert diffed.stdout == f"install with apt: {real} hpcwizard-no-such-package\n", diffed.stderr
     assert not (tmp_path / "state").exists()  # check and diff write nothing
+
+
+@pytest.mark.parametrize("when", ["run", "undo"])
+def test_a_kept_copy_has_the_mode_of_the_file_it_copies(tmp_path: Path, when: str) -> None:
+    """~/.ssh/config is 0600: the user's block kept beside it was 0644 (a copy of a
+    temporary file), readable by every user. A kept file, whole or a block of it, has the
+    mode and owner of the file it comes from."""
+    os.umask(0o022)
+    f = tmp_path / "config"
+    f.write_text("# mine\n")
+    f.chmod(0o600)
+    block = "Host job-*\n    Port 2222\n"
+    assert op(tmp_path, "hw_block config", block).returncode == 0
+    f.write_text(f.read_text().replace("    Port 2222\n", "    Port 2222\n    User me\n"))
+    done = op(tmp_path, "hw_block config", block if when == "run" else None, mode=when)
+    assert done.returncode == 0 and "kept in" in done.stderr, done.stderr
+    kept = tmp_path / "config.hpcwizard-kept"
+    assert "User me" in kept.read_text()
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+    assert kept.stat().st_uid == f.stat().st_uid
+
+    g = tmp_path / "secret.conf"
+    g.write_text("a\n")
+    g.chmod(0o640)
+    assert op(tmp_path, "hw_file secret.conf --mode 0640", "b\n").returncode == 0
+    g.write_text("b\nmine\n")
+    done = op(tmp_path, "hw_file secret.conf --mode 0640", "c\n" if when == "run" else None, mode=when)
+    assert done.returncode == 0 and "kept in" in done.stderr, done.stderr
+    assert stat.S_IMODE((tmp_path / "secret.conf.hpcwizard-kept").stat().st_mode) == 0o640
+
+
+def test_packages_check_takes_alternatives_as_debian_does(tmp_path: Path) -> None:
+    """a|b|c is there when any of them is installed or provided (systemd for Debian 13's
+    sysusers), and missing only when none is."""
+    real, plain, _versioned = _dpkg_names()
+    for there in (f"'hpcwizard-no-such-package|{real}'", f"'hpcwizard-no-such-package|{plain}'"):
+        checked = op(tmp_path, f"hw_packages apt {real} {there}", mode="check")
+        assert checked.returncode == 0, (there, checked.stderr)
+    none = "'hpcwizard-no-such-package|hpcwizard-no-such-either'"
+    assert op(tmp_path, f"hw_packages apt {real} {none}", mode="check").returncode == 1
+    diffed = op(tmp_path, f"hw_packages apt {real} {none}", mode="diff")
+    assert diffed.stdout == (f"install with apt: {real} "
+                             "hpcwizard-no-such-package|hpcwizard-no-such-either\n"), diffed.stderr

@@ -60,7 +60,8 @@ def test_every_generic_name_resolves_on_every_listed_release(os_id, version):
     assert names, f"no recipe asks {pm} for anything"
     for generic in names:
         real = NAMES.resolve(pm, generic, target)
-        assert real == "" or VALID.match(real), (generic, real)  # "": none needed there
+        # "": none needed there; a|b: alternatives, each a valid name
+        assert real == "" or all(VALID.match(a) for a in real.split("|")), (generic, real)
         if os_id not in NAMES.names.get(pm, {}).get(generic, {}):
             assert real == generic, f"{generic} has no entry for {os_id} but became {real}"
 
@@ -185,8 +186,11 @@ def test_a_directory_without_a_table_keeps_the_generic_names(tmp_path):
     (GOOD_TABLE.replace('{ "11" =', '{ "13" ='), "'13' is not one of its [releases]: 11, 12"),
     (GOOD_TABLE.replace('"bind9-dnsutils"', '"bind9 dnsutils"'), "'bind9 dnsutils' is not valid"),
     (GOOD_TABLE.replace('{ "11" = "bind9-dnsutils" }', '"bind9-dnsutils"'), "RELEASE = NAME"),
+    (GOOD_TABLE.replace('"bind9-dnsutils"', '"bind9-dnsutils|"'), "'bind9-dnsutils|' is not valid"),
+    (GOOD_TABLE.replace('"bind9-dnsutils"', '"a||b"'), "'a||b' is not valid"),
+    (GOOD_TABLE.replace('"bind9-dnsutils"', '"a | b"'), "'a | b' is not valid"),
 ], ids=["toml", "manager", "id", "release", "order", "not-asked", "unlisted-id",
-        "unlisted-release", "bad-name", "not-a-table"])
+        "unlisted-release", "bad-name", "not-a-table", "alt-trailing", "alt-empty", "alt-spaces"])
 def test_a_broken_table_is_a_recipe_error_naming_the_file(tmp_path, table, expected):
     with pytest.raises(RecipeError) as exc:
         catalog_with(tmp_path, table)
@@ -260,6 +264,23 @@ def test_an_empty_entry_leaves_the_package_out_on_that_release():
     one is asked for there, and on 11/12 (which need neither) nothing is."""
     recipes = [r for r in CATALOG.recipes if r.id == "ssh"]
     on = {v: wanted_packages("apt", recipes, os_info("debian", v), NAMES) for v in ("11", "12", "13")}
-    assert "systemd-standalone-sysusers" in on["13"]
+    assert "systemd-standalone-sysusers|systemd|systemd-sysusers" in on["13"]
     assert not any("sysusers" in p for p in on["11"] + on["12"])
     assert "" not in on["11"] and "" not in on["12"]
+
+
+def test_alternatives_load_and_resolve_as_written(tmp_path):
+    cat = catalog_with(tmp_path, GOOD_TABLE.replace('"bind9-dnsutils"', '"bind9-dnsutils|dnsutils"'))
+    assert cat.package_names.resolve("apt", "dnsutils", os_info("debian", "12")) == "bind9-dnsutils|dnsutils"
+
+
+def test_debian_13_with_systemd_installed_asks_for_no_sysusers():
+    """The user's systemd satisfies openssh-server's sysusers: asking for the standalone one
+    made apt remove systemd. Any alternative installed leaves the group out; none installed,
+    the group is asked for, and hw_packages installs its first."""
+    with_systemd = build_plan(debian13_facts(packages={"systemd": "257"}),
+                              make_choices(framework="mpi", network="tcp"), CATALOG)
+    assert not any("sysusers" in p for p in packages_of(with_systemd))
+    without = build_plan(debian13_facts(packages={}), make_choices(framework="mpi", network="tcp"),
+                         CATALOG)
+    assert "systemd-standalone-sysusers|systemd|systemd-sysusers" in packages_of(without)

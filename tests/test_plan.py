@@ -296,3 +296,16 @@ def test_plan_to_dict_is_plain_data():
     d = json.loads(json.dumps(plan.to_dict()))
     assert [s["id"] for s in d["steps"]] == [s.id for s in plan.steps]
     assert d["choices"]["ssh_port"] == 2222
+
+
+def test_alternatives_are_missing_only_when_none_of_them_is_installed():
+    from hpcwizard.plan import install_step
+
+    group = "systemd-standalone-sysusers|systemd|systemd-sysusers"
+    step = install_step("apt", ("nano", group), {"nano": "7", "systemd": "257"})
+    assert step.satisfied and step.packages == ("nano", group)
+    step = install_step("apt", ("nano", group), {"nano": "7", "systemd-sysusers": "257"})
+    assert step.satisfied
+    step = install_step("apt", ("nano", group), {"nano": "7"})
+    assert not step.satisfied and step.packages == (group,)
+    assert f"'{group}'" in step.run  # one word for the shell, as the plan shows it

@@ -22,6 +22,9 @@ NOT_RECIPES = ("diagnoses.toml", PACKAGE_NAMES)  # data beside the recipes that 
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _ID = re.compile(r"^[a-z][a-z0-9-]*$")
 _PACKAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+_-]*$")
+# Alternatives, Debian's way (a|b|c): any of them installed or provided will do, else the
+# first is installed (recipes/ops.sh, hw_packages).
+_ALTERNATIVES = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+_-]*(\|[A-Za-z0-9][A-Za-z0-9.+_-]*)*$")
 _OS_ID = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _RELEASE = re.compile(r"^[0-9]{1,9}(\.[0-9]{1,9})*$")
 
@@ -236,7 +239,7 @@ def _recipe(path, data: dict) -> Recipe:
             raise RecipeError(f"{name}: [packages] {manager!r} is not one of {', '.join(PACKAGE_MANAGERS)}")
         pk[manager] = _strings(f"{name}: packages.{manager}", names)
         for pkg in pk[manager]:
-            if not _PACKAGE.match(pkg):
+            if not _ALTERNATIVES.match(pkg):
                 raise RecipeError(f"{name}: package name {pkg!r} is not valid")
     steps = tuple(_step(name, i, s) for i, s in enumerate(data.get("steps", [])))
     step_ids = [s.id for s in steps]
@@ -386,7 +389,7 @@ def _package_names(path, data: dict, recipes: List[Recipe]) -> PackageNames:
                     if release not in releases[oid]:
                         raise RecipeError(f"{where}: {oid} {release!r} is not one of its "
                                           f"[releases]: {', '.join(releases[oid])}")
-                    if not isinstance(real, str) or not (real == "" or _PACKAGE.match(real)):
+                    if not isinstance(real, str) or not (real == "" or _ALTERNATIVES.match(real)):
                         raise RecipeError(f"{where}: {oid} {release}: package name {real!r} "
                                           "is not valid")
                     steps.append((release_numbers(release), real))

@@ -305,6 +305,11 @@ def apt_lock_timeout() -> int:
     return seconds
 
 
+def has_package(installed: Mapping[str, str], name: str) -> bool:
+    """Is name, or any of its alternatives (a|b|c: recipes/package-names.toml), installed?"""
+    return any(alt in installed for alt in name.split("|"))
+
+
 def install_step(pm: str, wanted: Tuple[str, ...], installed: Optional[Mapping[str, str]],
                  why: str = "", why_zh: str = "") -> Optional[Step]:
     """The packages step for pm: one hw_packages call naming what of wanted is not in
@@ -312,7 +317,7 @@ def install_step(pm: str, wanted: Tuple[str, ...], installed: Optional[Mapping[s
     newly installs and its undo takes back only that (recipes/ops.sh)."""
     if not wanted:
         return None
-    missing = [p for p in wanted if installed is None or p not in installed]
+    missing = [p for p in wanted if installed is None or not has_package(installed, p)]
     # With everything installed the step stays, for exports made here to run elsewhere; its
     # check skips it here, and it needs no root here.
     satisfied = not missing
@@ -461,7 +466,7 @@ def already_here(facts: Facts, choices: Choices, wanted: Tuple[str, ...]) -> str
     """A description of what this machine already has when it matches the job ('' if not)."""
     s = facts.software
     installed = s.packages
-    if wanted and (installed is None or any(p not in installed for p in wanted)):
+    if wanted and (installed is None or any(not has_package(installed, p) for p in wanted)):
         return ""
     have = [_("all {n} packages installed").format(n=len(wanted))] if wanted else []
     if choices.framework == "mpi" and choices.network == "ib":

@@ -123,3 +123,167 @@ def test_an_install_that_found_everything_there_purges_nothing(tmp_path, package
     undone = op(tmp_path, "liblzo2-2", "undo")
     assert undone.returncode == 0, undone.stderr
     assert state("liblzo2-2") == "ii"
+
+
+# --- a local repository of tiny packages: alternatives, conflicts, conffiles ------------------
+# Modelled on Debian 13's openssh-server: hwt-server depends on "hwt-systemd |
+# hwt-standalone", which conflict with each other (systemd and systemd-standalone-sysusers);
+# hwt-server has a dpkg conffile and a file ucf keeps (as sshd_config). apt sees only this
+# repository (APT_CONFIG): no network, no real package touched.
+
+LOCAL = ("hwt-systemd", "hwt-standalone", "hwt-server")
+
+
+def _deb(root: Path, name: str, control: str, files: Dict[str, str], scripts: Dict[str, str]) -> None:
+    d = root / "build" / name
+    (d / "DEBIAN").mkdir(parents=True)
+    (d / "DEBIAN" / "control").write_text(
+        f"Package: {name}\nVersion: 1.0\nArchitecture: all\nMaintainer: hpcwizard tests <t@example.invalid>\n"
+        f"Description: hpcwizard test package\n{control}")
+    for path, text in files.items():
+        p = d / path.lstrip("/")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    conffiles = [p for p in files if p.startswith("/etc/")]
+    if conffiles:
+        (d / "DEBIAN" / "conffiles").write_text("".join(f"{p}\n" for p in conffiles))
+    for script, text in scripts.items():
+        (d / "DEBIAN" / script).write_text("#!/bin/sh\nset -e\n" + text)
+        (d / "DEBIAN" / script).chmod(0o755)
+    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(d), str(root / "repo" / f"{name}.deb")],
+                   check=True, capture_output=True)
+
+
+@pytest.fixture()
+def local_repo(tmp_path):
+    if [p for p in LOCAL if state(p) not in ("un", "pn")]:
+        pytest.skip("the test's packages are on this machine already")
+    for path in ("/etc/hwt-server.conf", "/etc/hwt-server.ucf"):
+        if os.path.lexists(path):
+            pytest.skip(f"{path} is there already")
+    root = tmp_path / "apt"
+    (root / "repo").mkdir(parents=True)
+    _deb(root, "hwt-systemd", "Conflicts: hwt-standalone\n", {}, {})
+    _deb(root, "hwt-standalone", "Conflicts: hwt-systemd\nProvides: hwt-sysusers\n", {}, {})
+    _deb(root, "hwt-server", "Depends: hwt-systemd | hwt-standalone, ucf\n",
+         {"/etc/hwt-server.conf": "# shipped\n", "/usr/share/hwt-server/hwt-server.ucf": "# shipped by ucf\n"},
+         {"postinst": 'if [ "$1" = configure ]; then\n'
+                      '  ucf /usr/share/hwt-server/hwt-server.ucf /etc/hwt-server.ucf\n'
+                      '  ucfr hwt-server /etc/hwt-server.ucf\nfi\n',
+          "postrm": 'if [ "$1" = purge ]; then\n  rm -f /etc/hwt-server.ucf\n'
+                    '  if command -v ucf >/dev/null; then ucf --purge /etc/hwt-server.ucf; fi\n'
+                    '  if command -v ucfr >/dev/null; then ucfr --purge hwt-server /etc/hwt-server.ucf; fi\nfi\n'})
+    packages = subprocess.run(["dpkg-scanpackages", "."], cwd=root / "repo", check=True,
+                              capture_output=True, text=True).stdout
+    (root / "repo" / "Packages").write_text(packages)
+    (root / "sources.list").write_text(f"deb [trusted=yes] file:{root / 'repo'} ./\n")
+    for d in ("lists/partial", "cache/archives/partial"):
+        (root / d).mkdir(parents=True)
+    conf = root / "apt.conf"
+    conf.write_text(f'Dir::Etc::sourcelist "{root / "sources.list"}";\nDir::Etc::sourceparts "/nonexistent";\n'
+                    f'Dir::State::Lists "{root / "lists"}";\nDir::Cache "{root / "cache"}";\n')
+    env = {"APT_CONFIG": str(conf)}
+    subprocess.run(["apt-get", "-q", "update"], check=True, capture_output=True, env=dict(os.environ, **env))
+    before = subprocess.run(["dpkg-query", "-W", "-f=${db:Status-Abbrev} ${Package}\n"],
+                            capture_output=True, text=True).stdout
+    yield env
+    there = [p for p in LOCAL if state(p) not in ("un", "pn")]
+    if there:
+        local_apt(env, "purge", *there)
+    for path in ("/etc/hwt-server.conf.hpcwizard-kept", "/etc/hwt-server.ucf.hpcwizard-kept"):
+        if os.path.lexists(path):
+            os.unlink(path)
+    after = subprocess.run(["dpkg-query", "-W", "-f=${db:Status-Abbrev} ${Package}\n"],
+                           capture_output=True, text=True).stdout
+    assert after == before, "the machine's package list must be as before the test"
+
+
+def local_apt(env: Dict[str, str], *args: str) -> None:
+    # others' apt may hold the lock: wait for it, as apt() does
+    subprocess.run(["apt-get", "-q", "-y", "-o", "DPkg::Lock::Timeout=300", *args], check=True, capture_output=True,
+                   env=dict(os.environ, DEBIAN_FRONTEND="noninteractive", **env))
+
+
+def test_alternatives_ask_for_nothing_when_one_is_there(tmp_path, local_repo) -> None:
+    """The user has hwt-server with hwt-systemd: the sysusers group is satisfied, nothing is
+    installed or removed, and undo purges nothing."""
+    local_apt(local_repo, "install", "--no-install-recommends", "hwt-server", "hwt-systemd")
+    names = "hwt-server 'hwt-standalone|hwt-systemd'"
+    assert op(tmp_path, names, "check", local_repo).returncode == 0
+    ran = op(tmp_path, names, env=local_repo)
+    assert ran.returncode == 0, ran.stderr
+    assert state("hwt-systemd") == "ii" and state("hwt-standalone") == "un"
+    undone = op(tmp_path, names, "undo", local_repo)
+    assert undone.returncode == 0, undone.stderr
+    assert state("hwt-systemd") == "ii" and state("hwt-server") == "ii"
+
+
+def test_alternatives_none_there_install_the_first(tmp_path, local_repo) -> None:
+    names = "'hwt-standalone|hwt-systemd'"
+    assert op(tmp_path, names, "check", local_repo).returncode == 1
+    ran = op(tmp_path, names, env=local_repo)
+    assert ran.returncode == 0, ran.stderr
+    assert state("hwt-standalone") == "ii" and state("hwt-systemd") == "un"
+    assert op(tmp_path, names, "check", local_repo).returncode == 0
+    undone = op(tmp_path, names, "undo", local_repo)
+    assert undone.returncode == 0, undone.stderr
+    assert state("hwt-standalone") == "un"
+
+
+def test_an_install_that_would_remove_a_users_package_fails_and_removes_nothing(tmp_path, local_repo) -> None:
+    local_apt(local_repo, "install", "--no-install-recommends", "hwt-systemd")
+    ran = op(tmp_path, "hwt-standalone", env=local_repo)
+    assert ran.returncode != 0
+    assert "would make apt remove hwt-systemd" in ran.stderr and "removes no package" in ran.stderr
+    assert state("hwt-systemd") == "ii" and state("hwt-standalone") == "un"
+    undone = op(tmp_path, "hwt-standalone", "undo", local_repo)
+    assert undone.returncode == 0, undone.stderr
+    assert state("hwt-systemd") == "ii"
+
+
+def test_undo_installs_nothing_in_place_of_ours(tmp_path, local_repo) -> None:
+    """hpcwizard gave hwt-standalone; the user then installed hwt-server, which it satisfies.
+    Purging it would make apt install hwt-systemd: it is kept, and undo says so."""
+    assert op(tmp_path, "hwt-standalone", env=local_repo).returncode == 0
+    local_apt(local_repo, "install", "--no-install-recommends", "hwt-server")
+    assert state("hwt-systemd") == "un"
+    undone = op(tmp_path, "hwt-standalone", "undo", local_repo)
+    assert undone.returncode == 0, undone.stderr
+    assert state("hwt-systemd") == "un", "undo must install nothing"
+    assert state("hwt-standalone") == "ii" and state("hwt-server") == "ii"
+    assert "kept hwt-standalone" in undone.stderr, undone.stderr
+
+
+def test_undo_keeps_changed_config_files_of_what_it_purges(tmp_path, local_repo) -> None:
+    """A dpkg conffile and a ucf file of a package hpcwizard installed, edited by the user:
+    the purge would delete both; each is kept beside, with its mode, and undo says so."""
+    assert op(tmp_path, "hwt-server hwt-standalone", env=local_repo).returncode == 0
+    conf, ucf_file = Path("/etc/hwt-server.conf"), Path("/etc/hwt-server.ucf")
+    assert ucf_file.read_text() == "# shipped by ucf\n"
+    conf.write_text(conf.read_text() + "mine\n")
+    ucf_file.write_text(ucf_file.read_text() + "mine too\n")
+    ucf_file.chmod(0o600)
+    undone = op(tmp_path, "hwt-server hwt-standalone", "undo", local_repo)
+    assert undone.returncode == 0, undone.stderr
+    assert state("hwt-server") == "un" and state("hwt-standalone") == "un"
+    assert not conf.exists() and not ucf_file.exists()
+    kept = Path("/etc/hwt-server.conf.hpcwizard-kept")
+    kept_ucf = Path("/etc/hwt-server.ucf.hpcwizard-kept")
+    assert kept.read_text() == "# shipped\nmine\n"
+    assert kept_ucf.read_text() == "# shipped by ucf\nmine too\n"
+    assert oct(kept_ucf.stat().st_mode & 0o777) == "0o600"
+    assert f"kept in {kept}" in undone.stderr and f"kept in {kept_ucf}" in undone.stderr
+
+
+def test_undo_of_unchanged_config_files_keeps_nothing(tmp_path, local_repo) -> None:
+    assert op(tmp_path, "hwt-server hwt-standalone", env=local_repo).returncode == 0
+    undone = op(tmp_path, "hwt-server hwt-standalone", "undo", local_repo)
+    assert undone.returncode == 0, undone.stderr
+    assert "kept" not in undone.stderr
+    assert not list(Path("/etc").glob("hwt-server.*"))
+
+
+def test_an_install_apt_cannot_resolve_fails_with_apts_own_words(tmp_path, local_repo) -> None:
+    ran = op(tmp_path, "hwt-no-such-package", env=local_repo)
+    assert ran.returncode != 0
+    assert "hwt-no-such-package" in ran.stderr, ran.stderr  # not a silent exit of the check before it
