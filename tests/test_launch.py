@@ -284,3 +284,32 @@ def test_help_lists_the_kubeflow_sources(tmp_path):
     for words in ("PET_NNODES", "PET_MASTER_ADDR", "PET_NODE_RANK", "PET_MASTER_PORT",
                   "PET_NPROC_PER_NODE", "WORLD_SIZE divided by"):
         assert words in r.stdout, words
+
+
+def test_mpi_worker_keeps_a_marker_written_while_it_waits_for_its_peers(tmp_path):
+    """The master may finish a short job while a worker still waits for the others (here:
+    node01's name resolves on the second try): its end-of-job marker must not be the stale
+    one the worker clears. A marker left by an earlier run is not taken for this run's."""
+    fk = _fakes(tmp_path, "node02", HOSTS)
+    getent = tmp_path / "bin/getent"
+    once = tmp_path / "getent.failed"
+    getent.write_text(f'#!/bin/bash\nif [ ! -e {once} ]; then : > {once}; exit 2; fi\n'
+                      + getent.read_text().split("\n", 1)[1])
+    env = {**fk["env"], "HOSTS": "node01,node02", "WORKER_TIMEOUT": "6", "WAIT_TRIES": "3"}
+    marker = fk["home"] / ".hpcwizard/launch/done.node02"
+    marker.parent.mkdir(parents=True)
+    marker.write_text("7\n")  # an earlier run's, never told to a worker
+    f = tmp_path / "launch.sh"
+    f.write_text(launch_script(plan("mpi", "tcp")))
+    proc = subprocess.Popen(["bash", str(f), "--", "hostname"], env=env,
+                            stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in proc.stderr:  # the state: the worker is in its peer waits
+        seen.append(line)
+        if "waiting for node01 (name)" in line:
+            break
+    marker.write_text("3\n")  # the master's job ended meanwhile
+    _, err = proc.communicate(timeout=30)
+    err = "".join(seen) + err
+    assert proc.returncode == 3, err
+    assert "the job ended with status 3" in err

@@ -150,6 +150,10 @@ log "hosts from $SOURCE: ${NAMES[*]} (this is $ME, rank $RANK of $N)"
 '''
 
 _MPI = r'''
+DONE="$RUN_DIR/done.$ME"
+# A worker clears an earlier run's end-of-job marker before its sshd can let the master in:
+# the master may run a short job and write this run's marker during the peer waits below.
+if [ "$RANK" -ne 0 ]; then rm -f "$DONE"; fi
 hw_rt_sshd "$PORT" || die "$HW_RT_ERROR"
 for h in "${NAMES[@]}"; do
   if [ "$h" != "$ME" ]; then hw_rt_wait "$h" "$WAIT_TRIES" "$PORT" || die "$h is not reachable on port $PORT"; fi
@@ -160,18 +164,17 @@ hw_rt_write_hostfile "$HOSTFILE_OUT" "$SLOTS" "${NAMES[@]}"
 
 if [ "$RANK" -ne 0 ]; then
   # A worker: mpirun on the first host starts the ranks here over SSH, then tells us the end.
-  rm -f "$RUN_DIR/done.$ME"
   log "waiting for $FIRST to run the job"
   waited=0
-  while [ ! -e "$RUN_DIR/done.$ME" ]; do
+  while [ ! -e "$DONE" ]; do
     sleep 1
     waited=$((waited + 1))
     if [ "${WORKER_TIMEOUT:-0}" -gt 0 ] && [ "$waited" -ge "${WORKER_TIMEOUT:-0}" ]; then
       die "the job did not end within ${WORKER_TIMEOUT}s"
     fi
   done
-  rc=$(cat "$RUN_DIR/done.$ME" 2>/dev/null || echo 1)
-  rm -f "$RUN_DIR/done.$ME"
+  rc=$(cat "$DONE" 2>/dev/null || echo 1)
+  rm -f "$DONE"
   log "the job ended with status $rc"
   exit "$rc"
 fi
