@@ -383,6 +383,20 @@ def test_sbatch_mpi_uses_srun_pmix_where_slurm_has_it(tmp_path):
     assert not (tmp_path / "mpirun.args").exists()
 
 
+def test_sbatch_mpi_reads_all_of_a_long_plugin_list(tmp_path):
+    """srun --mpi=list goes on after the pmix line: a grep that stops reading at the match
+    leaves srun a broken pipe, which pipefail took for "no PMIx"."""
+    b = _fake_bin(tmp_path)
+    (b / "srun").write_text(FAKE_SRUN.replace(
+        '"$FAKE_PMIX" >&2; exit 0',
+        '"$FAKE_PMIX" >&2; for i in $(seq 200000); do echo "\\tpmix_v$i"; done >&2; exit 0'))
+    script = render_export(plan_of("mpi", "tcp"), "sbatch")
+    proc = _run(tmp_path, script, ["./hello"], FAKE_PMIX="\tpmix\n", FAKE_OMPI="4.1.4")
+    assert proc.returncode == 0, proc.stderr
+    assert _args(tmp_path, "srun") == ["--mpi=pmix", "./hello"]
+    assert not (tmp_path / "mpirun.args").exists()
+
+
 @pytest.mark.parametrize("version,flag", [("4.1.4", "--mca"), ("5.0.7", "--prtemca")])
 def test_sbatch_mpi_without_pmix_runs_mpirun_over_the_allocation(tmp_path, version, flag):
     script = render_export(plan_of("mpi", "tcp"), "sbatch")

@@ -22,7 +22,9 @@ from .shell import exports, mpirun_lines
 _MPI = r'''
 LAUNCHER=${MPI_LAUNCHER:-}
 if [ -z "$LAUNCHER" ]; then
-  if srun --mpi=list 2>&1 | grep -qw pmix; then LAUNCHER=srun; else LAUNCHER=mpirun; fi
+  # grep reads the whole list: grep -q stops at the match, srun's next line meets a closed
+  # pipe, and pipefail takes its SIGPIPE for "no PMIx"
+  if srun --mpi=list 2>&1 | grep -w pmix >/dev/null; then LAUNCHER=srun; else LAUNCHER=mpirun; fi
 fi
 case "$LAUNCHER" in
   srun)
