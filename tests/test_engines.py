@@ -432,3 +432,23 @@ def test_sbatch_pytorch_one_torchrun_a_node_with_the_rendezvous_from_slurm(tmp_p
         "--rdzv-backend=c10d", "--rdzv-endpoint=n1:29500", "train.py", "--lr", "0.1"]
     _run(tmp_path, script, ["./bench"], FAKE_PMIX="")
     assert _args(tmp_path, "srun")[-2:] == ["--no-python", "./bench"]
+
+
+@pytest.mark.parametrize("program,tail", [
+    (["python", "-m", "mypkg.train", "--lr", "0.1"], ["-m", "mypkg.train", "--lr", "0.1"]),
+    (["python3", "-u", "train.py"], ["train.py"]),
+    (["./bench", "-m"], ["--no-python", "./bench", "-m"]),
+])
+def test_sbatch_pytorch_gives_torchrun_the_program_in_its_own_words(tmp_path, program, tail):
+    script = render_export(plan_of("pytorch", "tcp"), "sbatch")
+    proc = _run(tmp_path, script, program, FAKE_PMIX="")
+    assert proc.returncode == 0, proc.stderr
+    args = _args(tmp_path, "srun")
+    assert args[args.index("--rdzv-endpoint=n1:29500") + 1:] == tail
+
+
+def test_sbatch_pytorch_refuses_a_python_command_torchrun_cannot_take(tmp_path):
+    script = render_export(plan_of("pytorch", "tcp"), "sbatch")
+    proc = _run(tmp_path, script, ["python", "-c", "print(1)"], FAKE_PMIX="")
+    assert proc.returncode == 2 and not (tmp_path / "srun.args").exists()
+    assert "torchrun cannot run" in proc.stderr.strip().splitlines()[-1]

@@ -313,3 +313,38 @@ def test_mpi_worker_keeps_a_marker_written_while_it_waits_for_its_peers(tmp_path
     err = "".join(seen) + err
     assert proc.returncode == 3, err
     assert "the job ended with status 3" in err
+
+
+TORCH_HEAD = ("torchrun --nnodes=1 --node-rank=0 --nproc-per-node=1 --master-addr=node01 "
+              "--master-port=29500 ")
+
+
+@pytest.mark.parametrize("program,tail,unbuffered", [
+    (["python", "train.py", "--lr", "0.1"], "train.py --lr 0.1", "unset"),
+    (["python3", "-u", "train.py"], "train.py", "1"),
+    (["python", "-m", "mypkg.train", "--lr", "0.1"], "-m mypkg.train --lr 0.1", "unset"),
+    (["python3", "-u", "-m", "mypkg.train"], "-m mypkg.train", "1"),
+    (["python", "-mmypkg.train", "x"], "-m mypkg.train x", "unset"),
+    (["python3", "run"], "run", "unset"),
+    (["train.py", "x"], "train.py x", "unset"),
+    (["./bench", "-m", "x"], "--no-python ./bench -m x", "unset"),
+], ids=["script", "-u script", "-m", "-u -m", "-mPKG", "script without .py", "bare .py",
+        "program"])
+def test_torchrun_gets_the_program_in_its_own_words(tmp_path, program, tail, unbuffered):
+    fk = _fakes(tmp_path, "node01", HOSTS)
+    (tmp_path / "bin/torchrun").write_text(
+        f'#!/bin/bash\necho "torchrun $* U=${{PYTHONUNBUFFERED-unset}}" >> {fk["log"]}\n')
+    r = _run(tmp_path, launch_script(plan("pytorch", "tcp")), {**fk["env"], "HOSTS": "node01"},
+             ["--", *program])
+    assert r.returncode == 0, r.stderr
+    assert fk["log"].read_text() == f"{TORCH_HEAD}{tail} U={unbuffered}\n"
+
+
+@pytest.mark.parametrize("program", [["python", "-c", "print(1)"], ["python3"],
+                                     ["python", "-m"], ["python", "-O", "train.py"]])
+def test_a_python_command_torchrun_cannot_take_is_refused(tmp_path, program):
+    fk = _fakes(tmp_path, "node01", HOSTS)
+    r = _run(tmp_path, launch_script(plan("pytorch", "tcp")), {**fk["env"], "HOSTS": "node01"},
+             ["--", *program])
+    assert r.returncode == 2 and not fk["log"].exists(), r.stderr
+    assert "torchrun cannot run" in r.stderr.strip().splitlines()[-1]

@@ -52,6 +52,41 @@ IFACE_ARGS_4 = ("--mca", "btl_tcp_if_include", "--mca", "oob_tcp_if_include")
 IFACE_ARGS_5 = ("--mca", "btl_tcp_if_include", "--prtemca", "prte_if_include")
 
 
+# The user's command in the words torchrun takes (torch/distributed/run.py: a script it runs
+# with its own Python, -m/--module for 'python -m', --no-python for any other program), for the
+# launch script and the sbatch file alike: torch_program PROGRAM [ARGS...] -> TORCH_PROGRAM
+# (torchrun's arguments after its options), TORCH_PY (an interpreter named by its path, for
+# the caller to run torch.distributed.run with). Python's -u becomes PYTHONUNBUFFERED=1 (the
+# same for every process torchrun starts); any other interpreter option has no torchrun word:
+# status 1, TORCH_PROGRAM_ERROR saying so, rather than torchrun's own usage error.
+TORCH_PROGRAM_SH = r'''
+torch_program() {
+  local py=0
+  TORCH_PROGRAM=() TORCH_PY='' TORCH_PROGRAM_ERROR=''
+  case $1 in
+    python|python3|python3.*) py=1; shift ;;
+    */python|*/python3|*/python3.*) py=1 TORCH_PY=$1; shift ;;
+  esac
+  if [ "$py" = 0 ]; then
+    case $1 in
+      *.py) TORCH_PROGRAM=("$@") ;;
+      *) TORCH_PROGRAM=(--no-python "$@") ;;
+    esac
+    return 0
+  fi
+  while [ "${1:-}" = -u ]; do export PYTHONUNBUFFERED=1; shift; done
+  case ${1:-} in
+    -m) if [ $# -ge 2 ] && [ -n "$2" ]; then TORCH_PROGRAM=("$@"); return 0; fi ;;
+    -m?*) TORCH_PROGRAM=(-m "${1#-m}" "${@:2}"); return 0 ;;
+    ''|-*) ;;
+    *) TORCH_PROGRAM=("$@"); return 0 ;;
+  esac
+  TORCH_PROGRAM_ERROR="torchrun cannot run 'python ${*:-}': give python [-u] SCRIPT, python [-u] -m MODULE, or a program"
+  return 1
+}
+'''.strip("\n")
+
+
 def mpirun_args_for(args: Sequence[str], major: Optional[int]) -> List[str]:
     """The plan's mpirun arguments (Open MPI 4 names) for Open MPI `major`: for 5 and later,
     '--mca plm_rsh_args V' becomes '--prtemca plm_ssh_args V' and '--mca orte_x V' becomes
@@ -298,20 +333,14 @@ if [ -n "${NCCL_IB_GID_INDEX:-}" ] && [ -n "${NCCL_IB_HCA:-}" ]; then
 fi
 # 'python3 train.py': torchrun runs the script with the Python it belongs to; an explicit
 # interpreter (/opt/conda/bin/python) is honoured by running torch.distributed.run with it.
-PY=""
-case "$1" in
-  python|python3|python3.*) shift ;;
-  */python|*/python3|*/python3.*) PY=$1; shift ;;
-esac
-if [ -n "$PY" ]; then TORCHRUN=("$PY" -m torch.distributed.run)
+__TORCH_PROGRAM_SH__
+torch_program "$@" || die "$TORCH_PROGRAM_ERROR"
+if [ -n "$TORCH_PY" ]; then TORCHRUN=("$TORCH_PY" -m torch.distributed.run)
 elif command -v torchrun >/dev/null 2>&1; then TORCHRUN=(torchrun)
 else TORCHRUN=(python3 -m torch.distributed.run); fi
 ARGS=(--nnodes="$N" --node-rank="$RANK" --nproc-per-node="$NPROC" --master-addr="$MASTER" --master-port="$MPORT")
 log "torchrun node $RANK of $N, master $MASTER:$MPORT, --nproc-per-node $NPROC ($NPROC_FROM): $*"
-case "$1" in
-  *.py) exec "${TORCHRUN[@]}" "${ARGS[@]}" "$@" ;;
-  *) exec "${TORCHRUN[@]}" "${ARGS[@]}" --no-python "$@" ;;
-esac
+exec "${TORCHRUN[@]}" "${ARGS[@]}" "${TORCH_PROGRAM[@]}"
 '''
 
 
@@ -374,7 +403,8 @@ def launch_script(plan: Plan) -> str:
     out.append((_MPI if c.framework == "mpi" else _TORCH).rstrip("\n")
                .replace("__OMPI_VERSION_SH__", OMPI_VERSION_SH)
                .replace("__IFACE_ARGS_5__", " ".join(IFACE_ARGS_5))
-               .replace("__IFACE_ARGS_4__", " ".join(IFACE_ARGS_4)))
+               .replace("__IFACE_ARGS_4__", " ".join(IFACE_ARGS_4))
+               .replace("__TORCH_PROGRAM_SH__", TORCH_PROGRAM_SH))
     out.append("")
     text = "\n".join(out)
     if c.framework != "mpi":  # torchrun needs neither the mpirun settings nor sshd
