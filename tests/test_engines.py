@@ -424,7 +424,7 @@ def test_sbatch_pytorch_one_torchrun_a_node_with_the_rendezvous_from_slurm(tmp_p
     plan = plan_of("pytorch", "ib")
     script = render_export(plan, "sbatch")
     for k, v in plan.launch_env:
-        assert f"export {k}='{v}'" in script
+        assert f"planned_env {k} '{v}'" in script
     proc = _run(tmp_path, script, ["python3", "train.py", "--lr", "0.1"], FAKE_PMIX="")
     assert proc.returncode == 0, proc.stderr
     assert _args(tmp_path, "srun") == [
@@ -445,6 +445,29 @@ def test_sbatch_pytorch_gives_torchrun_the_program_in_its_own_words(tmp_path, pr
     assert proc.returncode == 0, proc.stderr
     args = _args(tmp_path, "srun")
     assert args[args.index("--rdzv-endpoint=n1:29500") + 1:] == tail
+
+
+@pytest.mark.parametrize("framework", ["mpi", "pytorch"])
+def test_sbatch_keeps_what_the_environment_sets(tmp_path, framework):
+    plan = plan_of(framework, "ib")
+    name, planned = plan.launch_env[0]
+    b = _fake_bin(tmp_path)
+    for tool in ("srun", "mpirun"):
+        (b / tool).write_text(f'#!/bin/bash\n[ "$1" = --version ] && exit 0\n'
+                              f'[ "$1" = --mpi=list ] && exit 0\n'
+                              f'echo "${{{name}-unset}}" > "$FAKE_OUT/env"\n')
+    script = render_export(plan, "sbatch")
+    proc = _run(tmp_path, script, ["./hello"], **{name: "mine"})
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "env").read_text() == "mine\n"
+    assert f"from the environment, not the plan: {name}" in proc.stderr
+    env = {k: v for k, v in os.environ.items() if k != name}
+    proc = subprocess.run(["bash", str(tmp_path / "script.sh"), "./hello"], env={
+        **env, "PATH": f"{b}:{os.environ['PATH']}", "FAKE_OUT": str(tmp_path),
+        "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-3]", "SLURM_JOB_NUM_NODES": "3"},
+        capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "env").read_text() == planned + "\n"
 
 
 def test_sbatch_pytorch_refuses_a_python_command_torchrun_cannot_take(tmp_path):

@@ -48,8 +48,8 @@ def test_shellcheck_and_bash_n(tmp_path, framework, network, mode):
 def test_settings_written_in():
     text = launch_script(plan("mpi", "ib"))
     assert "PORT=2222" in text
-    assert "export UCX_NET_DEVICES='mlx5_0:1'" in text
-    assert "export NCCL_IB_HCA='=mlx5_0:1'" in text
+    assert "planned_env UCX_NET_DEVICES 'mlx5_0:1'" in text
+    assert "planned_env NCCL_IB_HCA '=mlx5_0:1'" in text
     assert "MPIRUN_ARGS=(--mca plm_rsh_args '-p 2222' --mca pml ucx)" in text
     assert "/usr/sbin/sshd -f \"$HOME/.sshd_config\"" in text and "ssh-keygen -A" in text
 
@@ -348,3 +348,23 @@ def test_a_python_command_torchrun_cannot_take_is_refused(tmp_path, program):
              ["--", *program])
     assert r.returncode == 2 and not fk["log"].exists(), r.stderr
     assert "torchrun cannot run" in r.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("framework", ["mpi", "pytorch"])
+def test_the_environment_beats_the_plans_settings(tmp_path, framework):
+    """The plan's NCCL_/UCX_ values are defaults (the nccl-conf step says "environment
+    variables override these"): one the environment sets, even to nothing, is kept."""
+    fk = _fakes(tmp_path, "node01", HOSTS)
+    tool = "mpirun" if framework == "mpi" else "torchrun"
+    (tmp_path / f"bin/{tool}").write_text(
+        f'#!/bin/bash\n[ "${{1:-}}" = --version ] && exit 0\n'
+        f'echo "HCA=${{NCCL_IB_HCA-unset}} UCX=${{UCX_NET_DEVICES-unset}}" >> {fk["log"]}\n')
+    env = {**fk["env"], "HOSTS": "node01", "NCCL_IB_HCA": "=mlx5_4:1", "UCX_NET_DEVICES": ""}
+    r = _run(tmp_path, launch_script(plan(framework, "ib")), env, ["--", "./a.out"])
+    assert r.returncode == 0, r.stderr
+    assert fk["log"].read_text() == "HCA==mlx5_4:1 UCX=\n"
+    assert "from the environment, not the plan: UCX_NET_DEVICES NCCL_IB_HCA" in r.stderr
+    r = _run(tmp_path, launch_script(plan(framework, "ib")), {**fk["env"], "HOSTS": "node01"},
+             ["--", "./a.out"])
+    assert fk["log"].read_text().splitlines()[-1] == "HCA==mlx5_0:1 UCX=mlx5_0:1"
+    assert "not the plan" not in r.stderr

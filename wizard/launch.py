@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from . import __version__
 from .i18n import _, comment
@@ -182,6 +182,7 @@ hw_rt_rank "${NAMES[@]}" || die "$HW_RT_ERROR"
 RANK=$HW_RT_RANK
 ME=${NAMES[$RANK]}
 log "hosts from $SOURCE: ${NAMES[*]} (this is $ME, rank $RANK of $N)"
+if [ "${#ENV_KEPT[@]}" -gt 0 ]; then log "from the environment, not the plan: ${ENV_KEPT[*]}"; fi
 '''
 
 _MPI = r'''
@@ -299,22 +300,32 @@ if [[ $NPROC =~ ^0+$ ]]; then die "$NPROC_FROM=$NPROC: torchrun needs 1 process 
 # them against its own: a NIC named otherwise here (ens6 for ens5) gives the route's to the
 # master (or, on the master, to the next host); a GID index that is not this port's RoCE v2
 # IPv4 GID gives this instance's own.
-if [ -n "${GLOO_SOCKET_IFNAME:-}${NCCL_SOCKET_IFNAME:-}" ]; then
-  want=${GLOO_SOCKET_IFNAME:-${NCCL_SOCKET_IFNAME#=}}
+# A value the environment set is the user's: it is used as it is.
+env_kept() { [[ " ${ENV_KEPT[*]} " == *" $1 "* ]]; }
+FIX=()
+for v in GLOO_SOCKET_IFNAME NCCL_SOCKET_IFNAME; do
+  if [ -n "${!v:-}" ] && ! env_kept "$v"; then FIX+=("$v"); fi
+done
+if [ "${#FIX[@]}" -gt 0 ]; then
+  want=${!FIX[0]}
+  want=${want#=}
   if [ ! -e "${HW_RT_SYSFS:-/sys}/class/net/$want" ]; then
     peer=$MASTER
     if [ "$RANK" = 0 ] && [ "$N" -gt 1 ]; then peer=${NAMES[1]}; fi
     hw_rt_route_dev "$peer"
     if [ -n "$HW_RT_DEV" ]; then
-      export GLOO_SOCKET_IFNAME=$HW_RT_DEV NCCL_SOCKET_IFNAME="=$HW_RT_DEV"
+      for v in "${FIX[@]}"; do
+        if [ "$v" = NCCL_SOCKET_IFNAME ]; then export NCCL_SOCKET_IFNAME="=$HW_RT_DEV"
+        else export GLOO_SOCKET_IFNAME=$HW_RT_DEV; fi
+      done
       log "socket interface $HW_RT_DEV here (the route to $peer at $HW_RT_ADDR), not the plan's $want"
     else
-      unset GLOO_SOCKET_IFNAME NCCL_SOCKET_IFNAME
+      unset "${FIX[@]}"
       log "no interface $want here and no route to $peer names one: NCCL and gloo choose"
     fi
   fi
 fi
-if [ -n "${NCCL_IB_GID_INDEX:-}" ] && [ -n "${NCCL_IB_HCA:-}" ]; then
+if [ -n "${NCCL_IB_GID_INDEX:-}" ] && [ -n "${NCCL_IB_HCA:-}" ] && ! env_kept NCCL_IB_GID_INDEX; then
   gid="" same=1
   IFS=, read -r -a devs <<< "${NCCL_IB_HCA#=}"
   for d in "${devs[@]}"; do
@@ -342,6 +353,29 @@ ARGS=(--nnodes="$N" --node-rank="$RANK" --nproc-per-node="$NPROC" --master-addr=
 log "torchrun node $RANK of $N, master $MASTER:$MPORT, --nproc-per-node $NPROC ($NPROC_FROM): $*"
 exec "${TORCHRUN[@]}" "${ARGS[@]}" "${TORCH_PROGRAM[@]}"
 '''
+
+
+# The plan's environment as defaults: a variable the environment already sets (even to
+# nothing) is kept and named in ENV_KEPT, as the nccl-conf step promises ("environment
+# variables override these").
+_PLANNED_ENV_SH = r'''
+ENV_KEPT=()
+planned_env() {
+  if [ -n "${!1+set}" ]; then ENV_KEPT+=("$1"); export "${1?}"; else export "$1=$2"; fi
+}
+'''.strip("\n")
+
+
+def planned_env_lines(env: Sequence[Tuple[str, str]]) -> List[str]:
+    """Shell lines that export the plan's environment unless the environment sets it:
+    ENV_KEPT then names the ones it did (shared with the sbatch file)."""
+    lines = [comment(_("A variable the environment already sets keeps its value (even an "
+                       "empty one):\nthe script names those it kept."))]
+    lines += _PLANNED_ENV_SH.splitlines()
+    if not env:  # nothing to keep: no function for shellcheck to call unused
+        lines = ["ENV_KEPT=()"]
+    return lines + [f"planned_env {k} " + "'" + v.replace("'", "'\\''") + "'"
+                    for k, v in env]
 
 
 def _runtime_text() -> str:
@@ -383,8 +417,7 @@ def launch_script(plan: Plan) -> str:
     out.append(f"PORT={int(c.ssh_port)}")
     out.append(comment(_("The plan's environment for the job (also passed to every rank with "
                          "mpirun -x).")))
-    for k, v in env:
-        out.append(f"export {k}=" + "'" + v.replace("'", "'\\''") + "'")
+    out += planned_env_lines(env)
     args = list(plan.mpirun_args)
     passed = {args[i + 1] for i, a in enumerate(args[:-1]) if a == "-x"}
     out.append(comment(_("Passed to the ranks with mpirun -x (those MPIRUN_ARGS does not pass "

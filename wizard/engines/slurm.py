@@ -99,7 +99,7 @@ def sbatch_script(plan: Plan) -> str:
     if job.env:
         out.append(comment(_("The plan's environment (srun passes it to every task; mpirun "
                              "with -x).")))
-        out += exports(job)
+        out += exports(job, "sbatch[$SLURM_JOB_ID]")
     if job.mpi:
         out.append(comment(_("MPI_LAUNCHER=srun|mpirun chooses how the ranks start; by default "
                              "srun --mpi=pmix\nwhere this Slurm has PMIx (srun --mpi=list), "
