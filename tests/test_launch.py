@@ -368,3 +368,29 @@ def test_the_environment_beats_the_plans_settings(tmp_path, framework):
              ["--", "./a.out"])
     assert fk["log"].read_text().splitlines()[-1] == "HCA==mlx5_0:1 UCX=mlx5_0:1"
     assert "not the plan" not in r.stderr
+
+
+@pytest.mark.parametrize("env,np,slots", [
+    ({}, "6", ["node01 slots=4", "node02 slots=2"]),
+    ({"SLOTS": "2"}, "4", ["node01 slots=2", "node02 slots=2"]),
+    ({"NP": "3"}, "3", ["node01 slots=4", "node02 slots=2"]),
+], ids=["the hostfile's", "SLOTS for every host", "NP"])
+def test_mpi_honours_the_slots_of_the_users_hostfile(tmp_path, env, np, slots):
+    fk = _fakes(tmp_path, "node01", HOSTS)
+    hf = tmp_path / "hosts"
+    hf.write_text("node01 slots=4\nnode02:2\n")
+    r = _run(tmp_path, launch_script(plan("mpi", "tcp")), {**fk["env"], **env},
+             ["--hostfile", str(hf), "--", "./a.out"])
+    assert r.returncode == 0, r.stderr
+    assert f" -np {np} " in fk["log"].read_text()
+    assert (fk["home"] / ".hpcwizard/launch/hostfile.node01").read_text().splitlines() == slots
+
+
+@pytest.mark.parametrize("var", ["SLOTS", "NP"])
+def test_mpi_refuses_zero_ranks(tmp_path, var):
+    fk = _fakes(tmp_path, "node01", HOSTS)
+    r = _run(tmp_path, launch_script(plan("mpi", "tcp")),
+             {**fk["env"], "HOSTS": "node01,node02", var: "0"}, ["--", "./a.out"])
+    assert r.returncode == 2 and not fk["log"].exists(), r.stderr
+    assert r.stderr.strip().splitlines()[-1].endswith(f"{var}='0' is not a number from 1 to "
+                                                      + ("65536" if var == "SLOTS" else "268435456"))

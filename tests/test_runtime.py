@@ -192,6 +192,9 @@ def test_hostfile_text_is_what_the_library_writes(tmp_path):
     subprocess.run(["bash", "-c", script, "hw_rt", str(out), "4", *names], check=True)
     assert runtime.hostfile_text(names, 4) == out.read_text()
     assert runtime.hostfile_text(["a"], 1) == "a slots=1\n"
+    subprocess.run(["bash", "-c", script, "hw_rt", str(out), "4,2,1", *names], check=True)
+    assert runtime.hostfile_text(names, [4, 2, 1]) == out.read_text()
+    assert out.read_text().splitlines()[1] == "node02.example slots=2"
 
 
 def test_the_launch_script_embeds_this_library():

@@ -125,8 +125,8 @@ Hosts, the first source that names any: --hosts, --hostfile, HOSTS, HOSTFILE,
   PET_NPROC_PER_NODE (Kubeflow: a PyTorchJob's WORLD_SIZE counts processes, PET_NNODES
   nodes; PET_NNODES alone, or an elastic MIN:MAX, names no hosts). Items may be patterns:
   job-{0..3}, node[01-03,07].
-Settings (environment): WAIT_TRIES (peer waits, default 10), SLOTS (ranks per host,
-  default 1), NP (total ranks), NODE_RANK (this host's index; else PET_NODE_RANK),
+Settings (environment): WAIT_TRIES (peer waits, default 10), SLOTS (ranks per host;
+  default: a hostfile's slots=, else 1), NP (total ranks; default: the slots'), NODE_RANK (this host's index; else PET_NODE_RANK),
   MASTER_ADDR (torchrun's rendezvous host; else PET_MASTER_ADDR, else the first host),
   MASTER_PORT (else PET_MASTER_PORT, else 29500), NPROC_PER_NODE (torchrun's processes
   here; else PET_NPROC_PER_NODE, a number or torchrun's auto, cpu, gpu, xpu; default:
@@ -152,7 +152,6 @@ done
 [ $# -gt 0 ] || { usage >&2; die "no program given"; }
 
 WAIT_TRIES=${WAIT_TRIES:-10}
-SLOTS=${SLOTS:-1}
 # Numbers from the environment, ASCII digits only: bash arithmetic would run the $(...) in
 # a value such as 'a[$(id)]'.
 for v in WAIT_TRIES SLOTS NP WORKER_TIMEOUT NPROC_PER_NODE; do
@@ -186,6 +185,10 @@ if [ "${#ENV_KEPT[@]}" -gt 0 ]; then log "from the environment, not the plan: ${
 '''
 
 _MPI = r'''
+# ranks per host: SLOTS, else the hostfile's slots=, else 1; NP, else their sum
+hw_rt_slots "${SLOTS:-}" "${NP:-}" || die "$HW_RT_ERROR"
+SLOTS_OF=$(IFS=,; printf '%s' "${HW_RT_HOST_SLOTS[*]}")
+NP=$HW_RT_NP
 DONE="$RUN_DIR/done.$ME"
 # A worker clears an earlier run's end-of-job marker before its sshd can let the master in:
 # the master may run a short job and write this run's marker during the peer waits below.
@@ -196,7 +199,7 @@ for h in "${NAMES[@]}"; do
 done
 
 HOSTFILE_OUT="$RUN_DIR/hostfile.$ME"
-hw_rt_write_hostfile "$HOSTFILE_OUT" "$SLOTS" "${NAMES[@]}"
+hw_rt_write_hostfile "$HOSTFILE_OUT" "$SLOTS_OF" "${NAMES[@]}"
 
 if [ "$RANK" -ne 0 ]; then
   # A worker: mpirun on the first host starts the ranks here over SSH, then tells us the end.
@@ -215,7 +218,6 @@ if [ "$RANK" -ne 0 ]; then
   exit "$rc"
 fi
 
-NP=${NP:-$((N * SLOTS))}
 ROOT_ARGS=()
 if [ "$(id -u)" -eq 0 ]; then ROOT_ARGS=(--allow-run-as-root); fi
 X_ARGS=()
