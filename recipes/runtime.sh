@@ -650,7 +650,7 @@ hw_rt_wait() {
 # every host's; else a hostfile's counts are honoured (the user's 'node1 slots=4' means 4
 # ranks there, as mpirun reads it); else 1. NP, when not empty, is the total; else the sum.
 # Each must be a whole number from 1 (0 ranks is no job; mpirun -np 0 runs one per slot).
-# shellcheck disable=SC2329,SC2034  # the MPI launch uses it and HW_RT_NP; PyTorch's does not
+# shellcheck disable=SC2317,SC2329,SC2034  # the MPI launch uses it and HW_RT_NP; PyTorch's does not
 hw_rt_slots() {
   local every=$1 np=$2 i total=0
   HW_RT_HOST_SLOTS=() HW_RT_NP='' HW_RT_ERROR=''
@@ -705,7 +705,7 @@ hw_rt_route_dev() {
 # must be told (NCCL_IB_GID_INDEX), read on each instance (GID tables differ with their
 # addresses). The same rule as hpcwizard.detect.rdma (tests hold them equal); sysfs under
 # HW_RT_SYSFS (default /sys). An unreadable slot (EINVAL for an empty one) is no GID.
-# shellcheck disable=SC2329,SC2034  # the PyTorch launch and the tests use it, MPI's does not
+# shellcheck disable=SC2317,SC2329,SC2034  # the PyTorch launch and the tests use it, MPI's does not
 hw_rt_roce_gid() {
   local base=${HW_RT_SYSFS:-/sys}/class/infiniband/$1/ports/$2 f i type gid best=""
   HW_RT_GID=""
@@ -726,7 +726,7 @@ hw_rt_roce_gid() {
 # program (wizard/runtime.py), each field ended by a NUL byte: discover: the source, the
 # number of names, the names, the number of slots, the slots; rank: the rank. A refusal: its
 # line on standard error and status 2; rank of none of the names: status 1, nothing printed.
-# shellcheck disable=SC2329  # called by wizard/runtime.py; the launch script has no use for it
+# shellcheck disable=SC2317,SC2329  # called by wizard/runtime.py; the launch script has no use for it
 hw_rt_answer() {
   local what=$1 rc=0
   shift
