@@ -282,7 +282,8 @@ def test_help_lists_the_kubeflow_sources(tmp_path):
     r = _run(tmp_path, launch_script(plan("pytorch", "tcp")), fk["env"], ["--help"])
     assert r.returncode == 0
     for words in ("PET_NNODES", "PET_MASTER_ADDR", "PET_NODE_RANK", "PET_MASTER_PORT",
-                  "PET_NPROC_PER_NODE", "WORLD_SIZE divided by"):
+                  "PET_NPROC_PER_NODE", "WORLD_SIZE divided by", "python [-u] -m MODULE",
+                  "default: a hostfile's slots="):
         assert words in r.stdout, words
 
 

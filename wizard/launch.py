@@ -118,6 +118,8 @@ usage() {
   cat <<'USAGE'
 usage: launch.sh [--hosts a,b,c | --hostfile FILE] [--] PROGRAM [ARGS...]
 Run the same command on every instance of the job.
+PyTorch: PROGRAM is python [-u] SCRIPT, python [-u] -m MODULE, SCRIPT.py, or another
+  program (torchrun --no-python); the interpreter's other options are refused.
 Hosts, the first source that names any: --hosts, --hostfile, HOSTS, HOSTFILE,
   OMPI_MCA_orte_default_hostfile, OMPI_MCA_prte_default_hostfile,
   PRTE_MCA_prte_default_hostfile, SLURM_JOB_NODELIST, SLURM_NODELIST, VC_*_HOSTS,
