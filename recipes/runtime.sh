@@ -9,7 +9,8 @@
 #   hw_rt_rank NAME...                               -> HW_RT_RANK ("which host is this")
 #   hw_rt_sshd PORT                                  an sshd listening on PORT
 #   hw_rt_wait HOST TRIES [PORT]                     the name resolves (and PORT answers)
-#   hw_rt_write_hostfile FILE SLOTS NAME...          'NAME slots=SLOTS' lines
+#   hw_rt_slots SLOTS NP                             -> HW_RT_HOST_SLOTS, HW_RT_NP
+#   hw_rt_write_hostfile FILE SLOTS NAME...          'NAME slots=N' lines
 #   hw_rt_route_dev HOST                             -> HW_RT_DEV (the route's interface)
 #   hw_rt_roce_gid HCA PORT                          -> HW_RT_GID (RoCE v2, IPv4)
 #
@@ -644,11 +645,46 @@ hw_rt_wait() {
   done
 }
 
-# hw_rt_write_hostfile FILE SLOTS NAME...: the hostfile mpirun reads, 'NAME slots=SLOTS' a line.
+# hw_rt_slots SLOTS NP: the ranks of the job on HW_RT_NAMES (after hw_rt_discover) ->
+# HW_RT_HOST_SLOTS (per host, in order) and HW_RT_NP (in all). SLOTS, when not empty, is
+# every host's; else a hostfile's counts are honoured (the user's 'node1 slots=4' means 4
+# ranks there, as mpirun reads it); else 1. NP, when not empty, is the total; else the sum.
+# Each must be a whole number from 1 (0 ranks is no job; mpirun -np 0 runs one per slot).
+# shellcheck disable=SC2317,SC2329,SC2034  # the MPI launch uses it and HW_RT_NP; PyTorch's does not
+hw_rt_slots() {
+  local every=$1 np=$2 i total=0
+  HW_RT_HOST_SLOTS=() HW_RT_NP='' HW_RT_ERROR=''
+  if [ -n "$every" ]; then
+    if ! [[ $every =~ ^$_HW_RT_DIGIT{1,18}$ ]] || ((10#$every < 1 || 10#$every > HW_RT_MAX_SLOTS)); then
+      _hw_rt_fail "SLOTS=$(_hw_rt_q "$every") is not a number from 1 to $HW_RT_MAX_SLOTS"
+      return 1
+    fi
+    every=$((10#$every))
+  fi
+  for ((i = 0; i < ${#HW_RT_NAMES[@]}; i++)); do
+    HW_RT_HOST_SLOTS+=("${every:-${HW_RT_SLOTS[i]:-1}}")
+    total=$((total + HW_RT_HOST_SLOTS[i]))
+  done
+  if [ -n "$np" ]; then
+    if ! [[ $np =~ ^$_HW_RT_DIGIT{1,18}$ ]] || ((10#$np < 1 || 10#$np > HW_RT_MAX_HOSTS * HW_RT_MAX_SLOTS)); then
+      _hw_rt_fail "NP=$(_hw_rt_q "$np") is not a number from 1 to $((HW_RT_MAX_HOSTS * HW_RT_MAX_SLOTS))"
+      return 1
+    fi
+    total=$((10#$np))
+  fi
+  HW_RT_NP=$total
+}
+
+# hw_rt_write_hostfile FILE SLOTS NAME...: the hostfile mpirun reads, 'NAME slots=N' a line:
+# SLOTS is one number for every host, or a comma-separated list, one for each.
 hw_rt_write_hostfile() {
-  local file=$1 per_host=$2 h
-  shift 2
-  for h in "$@"; do printf '%s slots=%s\n' "$h" "$per_host"; done > "$file"
+  local file=$1 i per=()
+  shift
+  IFS=, read -r -a per <<< "$1"
+  shift
+  for ((i = 0; i < $#; i++)); do
+    printf '%s slots=%s\n' "${@:i+1:1}" "${per[i]:-${per[0]}}"
+  done > "$file"
 }
 
 # hw_rt_route_dev HOST -> HW_RT_DEV, HW_RT_ADDR: the interface the route to HOST's address
@@ -669,7 +705,7 @@ hw_rt_route_dev() {
 # must be told (NCCL_IB_GID_INDEX), read on each instance (GID tables differ with their
 # addresses). The same rule as hpcwizard.detect.rdma (tests hold them equal); sysfs under
 # HW_RT_SYSFS (default /sys). An unreadable slot (EINVAL for an empty one) is no GID.
-# shellcheck disable=SC2329,SC2034  # the PyTorch launch and the tests use it, MPI's does not
+# shellcheck disable=SC2317,SC2329,SC2034  # the PyTorch launch and the tests use it, MPI's does not
 hw_rt_roce_gid() {
   local base=${HW_RT_SYSFS:-/sys}/class/infiniband/$1/ports/$2 f i type gid best=""
   HW_RT_GID=""
@@ -690,7 +726,7 @@ hw_rt_roce_gid() {
 # program (wizard/runtime.py), each field ended by a NUL byte: discover: the source, the
 # number of names, the names, the number of slots, the slots; rank: the rank. A refusal: its
 # line on standard error and status 2; rank of none of the names: status 1, nothing printed.
-# shellcheck disable=SC2329  # called by wizard/runtime.py; the launch script has no use for it
+# shellcheck disable=SC2317,SC2329  # called by wizard/runtime.py; the launch script has no use for it
 hw_rt_answer() {
   local what=$1 rc=0
   shift

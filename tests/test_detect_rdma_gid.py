@@ -149,8 +149,8 @@ def test_pytorch_on_roce_gets_nccl_ib_gid_index_in_env_conf_and_launch_script():
     conf = next(s for s in p.steps if s.id == "pytorch-ib/nccl-conf")
     assert "\nNCCL_IB_GID_INDEX=3\n" in conf.run and "NCCL_IB_TC" not in conf.run
     script = launch_script(p)
-    for line in ("export NCCL_IB_HCA='=mlx5_0:1,mlx5_1:1'", "export NCCL_IB_GID_INDEX='3'",
-                 "export NCCL_SOCKET_IFNAME='=eth0'", "export GLOO_SOCKET_IFNAME='eth0'"):
+    for line in ("planned_env NCCL_IB_HCA '=mlx5_0:1,mlx5_1:1'", "planned_env NCCL_IB_GID_INDEX '3'",
+                 "planned_env NCCL_SOCKET_IFNAME '=eth0'", "planned_env GLOO_SOCKET_IFNAME 'eth0'"):
         assert line + "\n" in script, line
     assert "UCX_IB_GID_INDEX" not in script  # NCCL's own verbs transport, not UCX
     (w,) = [w for w in p.warnings if "RoCE" in w]
@@ -166,7 +166,7 @@ def test_mpi_on_roce_leaves_the_gid_to_ucx_on_each_instance():
     assert p.mpirun_args == ("--mca", "plm_rsh_args", "-p 2222", "--mca", "pml", "ucx",
                              "-x", "UCX_NET_DEVICES")
     script = launch_script(p)
-    assert "export UCX_IB_GID_INDEX" not in script and "export NCCL_IB_GID_INDEX" not in script
+    assert "UCX_IB_GID_INDEX" not in script and "NCCL_IB_GID_INDEX '" not in script
     (w,) = [w for w in p.warnings if "RoCE" in w]
     assert "UCX picks such a GID on each port by itself (UCX_IB_GID_INDEX=auto" in w
 

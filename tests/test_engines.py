@@ -383,6 +383,20 @@ def test_sbatch_mpi_uses_srun_pmix_where_slurm_has_it(tmp_path):
     assert not (tmp_path / "mpirun.args").exists()
 
 
+def test_sbatch_mpi_reads_all_of_a_long_plugin_list(tmp_path):
+    """srun --mpi=list goes on after the pmix line: a grep that stops reading at the match
+    leaves srun a broken pipe, which pipefail took for "no PMIx"."""
+    b = _fake_bin(tmp_path)
+    (b / "srun").write_text(FAKE_SRUN.replace(
+        '"$FAKE_PMIX" >&2; exit 0',
+        '"$FAKE_PMIX" >&2; for i in $(seq 200000); do echo "\\tpmix_v$i"; done >&2; exit 0'))
+    script = render_export(plan_of("mpi", "tcp"), "sbatch")
+    proc = _run(tmp_path, script, ["./hello"], FAKE_PMIX="\tpmix\n", FAKE_OMPI="4.1.4")
+    assert proc.returncode == 0, proc.stderr
+    assert _args(tmp_path, "srun") == ["--mpi=pmix", "./hello"]
+    assert not (tmp_path / "mpirun.args").exists()
+
+
 @pytest.mark.parametrize("version,flag", [("4.1.4", "--mca"), ("5.0.7", "--prtemca")])
 def test_sbatch_mpi_without_pmix_runs_mpirun_over_the_allocation(tmp_path, version, flag):
     script = render_export(plan_of("mpi", "tcp"), "sbatch")
@@ -410,7 +424,7 @@ def test_sbatch_pytorch_one_torchrun_a_node_with_the_rendezvous_from_slurm(tmp_p
     plan = plan_of("pytorch", "ib")
     script = render_export(plan, "sbatch")
     for k, v in plan.launch_env:
-        assert f"export {k}='{v}'" in script
+        assert f"planned_env {k} '{v}'" in script
     proc = _run(tmp_path, script, ["python3", "train.py", "--lr", "0.1"], FAKE_PMIX="")
     assert proc.returncode == 0, proc.stderr
     assert _args(tmp_path, "srun") == [
@@ -418,3 +432,46 @@ def test_sbatch_pytorch_one_torchrun_a_node_with_the_rendezvous_from_slurm(tmp_p
         "--rdzv-backend=c10d", "--rdzv-endpoint=n1:29500", "train.py", "--lr", "0.1"]
     _run(tmp_path, script, ["./bench"], FAKE_PMIX="")
     assert _args(tmp_path, "srun")[-2:] == ["--no-python", "./bench"]
+
+
+@pytest.mark.parametrize("program,tail", [
+    (["python", "-m", "mypkg.train", "--lr", "0.1"], ["-m", "mypkg.train", "--lr", "0.1"]),
+    (["python3", "-u", "train.py"], ["train.py"]),
+    (["./bench", "-m"], ["--no-python", "./bench", "-m"]),
+])
+def test_sbatch_pytorch_gives_torchrun_the_program_in_its_own_words(tmp_path, program, tail):
+    script = render_export(plan_of("pytorch", "tcp"), "sbatch")
+    proc = _run(tmp_path, script, program, FAKE_PMIX="")
+    assert proc.returncode == 0, proc.stderr
+    args = _args(tmp_path, "srun")
+    assert args[args.index("--rdzv-endpoint=n1:29500") + 1:] == tail
+
+
+@pytest.mark.parametrize("framework", ["mpi", "pytorch"])
+def test_sbatch_keeps_what_the_environment_sets(tmp_path, framework):
+    plan = plan_of(framework, "ib")
+    name, planned = plan.launch_env[0]
+    b = _fake_bin(tmp_path)
+    for tool in ("srun", "mpirun"):
+        (b / tool).write_text(f'#!/bin/bash\n[ "$1" = --version ] && exit 0\n'
+                              f'[ "$1" = --mpi=list ] && exit 0\n'
+                              f'echo "${{{name}-unset}}" > "$FAKE_OUT/env"\n')
+    script = render_export(plan, "sbatch")
+    proc = _run(tmp_path, script, ["./hello"], **{name: "mine"})
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "env").read_text() == "mine\n"
+    assert f"from the environment, not the plan: {name}" in proc.stderr
+    env = {k: v for k, v in os.environ.items() if k != name}
+    proc = subprocess.run(["bash", str(tmp_path / "script.sh"), "./hello"], env={
+        **env, "PATH": f"{b}:{os.environ['PATH']}", "FAKE_OUT": str(tmp_path),
+        "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-3]", "SLURM_JOB_NUM_NODES": "3"},
+        capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "env").read_text() == planned + "\n"
+
+
+def test_sbatch_pytorch_refuses_a_python_command_torchrun_cannot_take(tmp_path):
+    script = render_export(plan_of("pytorch", "tcp"), "sbatch")
+    proc = _run(tmp_path, script, ["python", "-c", "print(1)"], FAKE_PMIX="")
+    assert proc.returncode == 2 and not (tmp_path / "srun.args").exists()
+    assert "torchrun cannot run" in proc.stderr.strip().splitlines()[-1]

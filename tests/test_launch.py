@@ -48,8 +48,8 @@ def test_shellcheck_and_bash_n(tmp_path, framework, network, mode):
 def test_settings_written_in():
     text = launch_script(plan("mpi", "ib"))
     assert "PORT=2222" in text
-    assert "export UCX_NET_DEVICES='mlx5_0:1'" in text
-    assert "export NCCL_IB_HCA='=mlx5_0:1'" in text
+    assert "planned_env UCX_NET_DEVICES 'mlx5_0:1'" in text
+    assert "planned_env NCCL_IB_HCA '=mlx5_0:1'" in text
     assert "MPIRUN_ARGS=(--mca plm_rsh_args '-p 2222' --mca pml ucx)" in text
     assert "/usr/sbin/sshd -f \"$HOME/.sshd_config\"" in text and "ssh-keygen -A" in text
 
@@ -282,5 +282,116 @@ def test_help_lists_the_kubeflow_sources(tmp_path):
     r = _run(tmp_path, launch_script(plan("pytorch", "tcp")), fk["env"], ["--help"])
     assert r.returncode == 0
     for words in ("PET_NNODES", "PET_MASTER_ADDR", "PET_NODE_RANK", "PET_MASTER_PORT",
-                  "PET_NPROC_PER_NODE", "WORLD_SIZE divided by"):
+                  "PET_NPROC_PER_NODE", "WORLD_SIZE divided by", "python [-u] -m MODULE",
+                  "default: a hostfile's slots="):
         assert words in r.stdout, words
+
+
+def test_mpi_worker_keeps_a_marker_written_while_it_waits_for_its_peers(tmp_path):
+    """The master may finish a short job while a worker still waits for the others (here:
+    node01's name resolves on the second try): its end-of-job marker must not be the stale
+    one the worker clears. A marker left by an earlier run is not taken for this run's."""
+    fk = _fakes(tmp_path, "node02", HOSTS)
+    getent = tmp_path / "bin/getent"
+    once = tmp_path / "getent.failed"
+    getent.write_text(f'#!/bin/bash\nif [ ! -e {once} ]; then : > {once}; exit 2; fi\n'
+                      + getent.read_text().split("\n", 1)[1])
+    env = {**fk["env"], "HOSTS": "node01,node02", "WORKER_TIMEOUT": "6", "WAIT_TRIES": "3"}
+    marker = fk["home"] / ".hpcwizard/launch/done.node02"
+    marker.parent.mkdir(parents=True)
+    marker.write_text("7\n")  # an earlier run's, never told to a worker
+    f = tmp_path / "launch.sh"
+    f.write_text(launch_script(plan("mpi", "tcp")))
+    proc = subprocess.Popen(["bash", str(f), "--", "hostname"], env=env,
+                            stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in proc.stderr:  # the state: the worker is in its peer waits
+        seen.append(line)
+        if "waiting for node01 (name)" in line:
+            break
+    marker.write_text("3\n")  # the master's job ended meanwhile
+    _, err = proc.communicate(timeout=30)
+    err = "".join(seen) + err
+    assert proc.returncode == 3, err
+    assert "the job ended with status 3" in err
+
+
+TORCH_HEAD = ("torchrun --nnodes=1 --node-rank=0 --nproc-per-node=1 --master-addr=node01 "
+              "--master-port=29500 ")
+
+
+@pytest.mark.parametrize("program,tail,unbuffered", [
+    (["python", "train.py", "--lr", "0.1"], "train.py --lr 0.1", "unset"),
+    (["python3", "-u", "train.py"], "train.py", "1"),
+    (["python", "-m", "mypkg.train", "--lr", "0.1"], "-m mypkg.train --lr 0.1", "unset"),
+    (["python3", "-u", "-m", "mypkg.train"], "-m mypkg.train", "1"),
+    (["python", "-mmypkg.train", "x"], "-m mypkg.train x", "unset"),
+    (["python3", "run"], "run", "unset"),
+    (["train.py", "x"], "train.py x", "unset"),
+    (["./bench", "-m", "x"], "--no-python ./bench -m x", "unset"),
+], ids=["script", "-u script", "-m", "-u -m", "-mPKG", "script without .py", "bare .py",
+        "program"])
+def test_torchrun_gets_the_program_in_its_own_words(tmp_path, program, tail, unbuffered):
+    fk = _fakes(tmp_path, "node01", HOSTS)
+    (tmp_path / "bin/torchrun").write_text(
+        f'#!/bin/bash\necho "torchrun $* U=${{PYTHONUNBUFFERED-unset}}" >> {fk["log"]}\n')
+    r = _run(tmp_path, launch_script(plan("pytorch", "tcp")), {**fk["env"], "HOSTS": "node01"},
+             ["--", *program])
+    assert r.returncode == 0, r.stderr
+    assert fk["log"].read_text() == f"{TORCH_HEAD}{tail} U={unbuffered}\n"
+
+
+@pytest.mark.parametrize("program", [["python", "-c", "print(1)"], ["python3"],
+                                     ["python", "-m"], ["python", "-O", "train.py"]])
+def test_a_python_command_torchrun_cannot_take_is_refused(tmp_path, program):
+    fk = _fakes(tmp_path, "node01", HOSTS)
+    r = _run(tmp_path, launch_script(plan("pytorch", "tcp")), {**fk["env"], "HOSTS": "node01"},
+             ["--", *program])
+    assert r.returncode == 2 and not fk["log"].exists(), r.stderr
+    assert "torchrun cannot run" in r.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("framework", ["mpi", "pytorch"])
+def test_the_environment_beats_the_plans_settings(tmp_path, framework):
+    """The plan's NCCL_/UCX_ values are defaults (the nccl-conf step says "environment
+    variables override these"): one the environment sets, even to nothing, is kept."""
+    fk = _fakes(tmp_path, "node01", HOSTS)
+    tool = "mpirun" if framework == "mpi" else "torchrun"
+    (tmp_path / f"bin/{tool}").write_text(
+        f'#!/bin/bash\n[ "${{1:-}}" = --version ] && exit 0\n'
+        f'echo "HCA=${{NCCL_IB_HCA-unset}} UCX=${{UCX_NET_DEVICES-unset}}" >> {fk["log"]}\n')
+    env = {**fk["env"], "HOSTS": "node01", "NCCL_IB_HCA": "=mlx5_4:1", "UCX_NET_DEVICES": ""}
+    r = _run(tmp_path, launch_script(plan(framework, "ib")), env, ["--", "./a.out"])
+    assert r.returncode == 0, r.stderr
+    assert fk["log"].read_text() == "HCA==mlx5_4:1 UCX=\n"
+    assert "from the environment, not the plan: UCX_NET_DEVICES NCCL_IB_HCA" in r.stderr
+    r = _run(tmp_path, launch_script(plan(framework, "ib")), {**fk["env"], "HOSTS": "node01"},
+             ["--", "./a.out"])
+    assert fk["log"].read_text().splitlines()[-1] == "HCA==mlx5_0:1 UCX=mlx5_0:1"
+    assert "not the plan" not in r.stderr
+
+
+@pytest.mark.parametrize("env,np,slots", [
+    ({}, "6", ["node01 slots=4", "node02 slots=2"]),
+    ({"SLOTS": "2"}, "4", ["node01 slots=2", "node02 slots=2"]),
+    ({"NP": "3"}, "3", ["node01 slots=4", "node02 slots=2"]),
+], ids=["the hostfile's", "SLOTS for every host", "NP"])
+def test_mpi_honours_the_slots_of_the_users_hostfile(tmp_path, env, np, slots):
+    fk = _fakes(tmp_path, "node01", HOSTS)
+    hf = tmp_path / "hosts"
+    hf.write_text("node01 slots=4\nnode02:2\n")
+    r = _run(tmp_path, launch_script(plan("mpi", "tcp")), {**fk["env"], **env},
+             ["--hostfile", str(hf), "--", "./a.out"])
+    assert r.returncode == 0, r.stderr
+    assert f" -np {np} " in fk["log"].read_text()
+    assert (fk["home"] / ".hpcwizard/launch/hostfile.node01").read_text().splitlines() == slots
+
+
+@pytest.mark.parametrize("var", ["SLOTS", "NP"])
+def test_mpi_refuses_zero_ranks(tmp_path, var):
+    fk = _fakes(tmp_path, "node01", HOSTS)
+    r = _run(tmp_path, launch_script(plan("mpi", "tcp")),
+             {**fk["env"], "HOSTS": "node01,node02", var: "0"}, ["--", "./a.out"])
+    assert r.returncode == 2 and not fk["log"].exists(), r.stderr
+    assert r.stderr.strip().splitlines()[-1].endswith(f"{var}='0' is not a number from 1 to "
+                                                      + ("65536" if var == "SLOTS" else "268435456"))

@@ -86,7 +86,7 @@ def instance(tmp_path: Path, nics, gids_of_ports) -> Path:
     return root / "sys"
 
 
-def launch(tmp_path: Path, sysfs: Path, hostname: str = "node2"):
+def launch(tmp_path: Path, sysfs: Path, hostname: str = "node2", **env):
     """The launch script of roce_plan() on hostname of node1,node2, with a fake ip whose
     route to any address leaves by ens6; what torchrun's environment held, and stderr."""
     bin_ = tmp_path / "bin"
@@ -109,7 +109,7 @@ def launch(tmp_path: Path, sysfs: Path, hostname: str = "node2"):
     script.write_text(launch_script(roce_plan()))
     r = subprocess.run(["bash", str(script), "--hosts", "node1,node2", "--", "python3", "t.py"],
                        env={"PATH": f"{bin_}:/usr/bin:/bin", "HOME": str(tmp_path),
-                            "HW_RT_SYSFS": str(sysfs), "WAIT_TRIES": "1"},
+                            "HW_RT_SYSFS": str(sysfs), "WAIT_TRIES": "1", **env},
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     return log.read_text().split(), r.stderr
@@ -146,3 +146,14 @@ def test_ports_that_disagree_here_leave_the_gid_to_nccl(tmp_path):
     got, err = launch(tmp_path, sysfs)
     assert got == ["GLOO=eth0", "NCCL==eth0", "GID=unset"]
     assert "NCCL_IB_GID_INDEX unset: this instance's ports have no one RoCE v2 IPv4 GID" in err
+
+
+def test_values_the_environment_sets_are_not_corrected(tmp_path):
+    """The user's own NCCL_IB_GID_INDEX and NCCL_SOCKET_IFNAME are theirs: neither this
+    instance's GID table nor its NIC names replace them; the plan's GLOO_SOCKET_IFNAME is
+    still checked."""
+    table = roce_gid_table(LL, "2001:db8::9", "10.0.0.9")
+    sysfs = instance(tmp_path, ["ens6"], [table, table])
+    got, err = launch(tmp_path, sysfs, NCCL_IB_GID_INDEX="7", NCCL_SOCKET_IFNAME="=ib9")
+    assert got == ["GLOO=ens6", "NCCL==ib9", "GID=7"]  # GLOO_SOCKET_IFNAME is the plan's
+    assert "socket interface ens6 here" in err and "not the plan's 3" not in err

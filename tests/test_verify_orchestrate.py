@@ -173,6 +173,10 @@ def test_the_hostfile_is_the_runtimes():
     verify(plan(), facts(user=ROOT), Hosts(("node1", "node2"), "--hosts"), system=system)
     assert written["hostfile"] == hostfile_text(["node1", "node2"], 1)
     assert written["hostfile"].splitlines() == ["node1 slots=1", "node2 slots=1"]
+    # a hostfile's counts are the launch's: verify writes them as it does
+    verify(plan(), facts(user=ROOT), Hosts(("node1", "node2"), "--hostfile f", (4, 2)),
+           system=system)
+    assert written["hostfile"].splitlines() == ["node1 slots=4", "node2 slots=2"]
 
 
 # --- the probes' commands are the ones shown ---------------------------------------------------

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from . import __version__
 from .i18n import _, comment
@@ -50,6 +50,41 @@ _PRRTE_RENAMES = (("plm_rsh_", "plm_ssh_"), ("orte_", "prte_"))
 # deprecated synonym there).
 IFACE_ARGS_4 = ("--mca", "btl_tcp_if_include", "--mca", "oob_tcp_if_include")
 IFACE_ARGS_5 = ("--mca", "btl_tcp_if_include", "--prtemca", "prte_if_include")
+
+
+# The user's command in the words torchrun takes (torch/distributed/run.py: a script it runs
+# with its own Python, -m/--module for 'python -m', --no-python for any other program), for the
+# launch script and the sbatch file alike: torch_program PROGRAM [ARGS...] -> TORCH_PROGRAM
+# (torchrun's arguments after its options), TORCH_PY (an interpreter named by its path, for
+# the caller to run torch.distributed.run with). Python's -u becomes PYTHONUNBUFFERED=1 (the
+# same for every process torchrun starts); any other interpreter option has no torchrun word:
+# status 1, TORCH_PROGRAM_ERROR saying so, rather than torchrun's own usage error.
+TORCH_PROGRAM_SH = r'''
+torch_program() {
+  local py=0
+  TORCH_PROGRAM=() TORCH_PY='' TORCH_PROGRAM_ERROR=''
+  case $1 in
+    python|python3|python3.*) py=1; shift ;;
+    */python|*/python3|*/python3.*) py=1 TORCH_PY=$1; shift ;;
+  esac
+  if [ "$py" = 0 ]; then
+    case $1 in
+      *.py) TORCH_PROGRAM=("$@") ;;
+      *) TORCH_PROGRAM=(--no-python "$@") ;;
+    esac
+    return 0
+  fi
+  while [ "${1:-}" = -u ]; do export PYTHONUNBUFFERED=1; shift; done
+  case ${1:-} in
+    -m) if [ $# -ge 2 ] && [ -n "$2" ]; then TORCH_PROGRAM=("$@"); return 0; fi ;;
+    -m?*) TORCH_PROGRAM=(-m "${1#-m}" "${@:2}"); return 0 ;;
+    ''|-*) ;;
+    *) TORCH_PROGRAM=("$@"); return 0 ;;
+  esac
+  TORCH_PROGRAM_ERROR="torchrun cannot run 'python ${*:-}': give python [-u] SCRIPT, python [-u] -m MODULE, or a program"
+  return 1
+}
+'''.strip("\n")
 
 
 def mpirun_args_for(args: Sequence[str], major: Optional[int]) -> List[str]:
@@ -83,6 +118,8 @@ usage() {
   cat <<'USAGE'
 usage: launch.sh [--hosts a,b,c | --hostfile FILE] [--] PROGRAM [ARGS...]
 Run the same command on every instance of the job.
+PyTorch: PROGRAM is python [-u] SCRIPT, python [-u] -m MODULE, SCRIPT.py, or another
+  program (torchrun --no-python); the interpreter's other options are refused.
 Hosts, the first source that names any: --hosts, --hostfile, HOSTS, HOSTFILE,
   OMPI_MCA_orte_default_hostfile, OMPI_MCA_prte_default_hostfile,
   PRTE_MCA_prte_default_hostfile, SLURM_JOB_NODELIST, SLURM_NODELIST, VC_*_HOSTS,
@@ -90,8 +127,8 @@ Hosts, the first source that names any: --hosts, --hostfile, HOSTS, HOSTFILE,
   PET_NPROC_PER_NODE (Kubeflow: a PyTorchJob's WORLD_SIZE counts processes, PET_NNODES
   nodes; PET_NNODES alone, or an elastic MIN:MAX, names no hosts). Items may be patterns:
   job-{0..3}, node[01-03,07].
-Settings (environment): WAIT_TRIES (peer waits, default 10), SLOTS (ranks per host,
-  default 1), NP (total ranks), NODE_RANK (this host's index; else PET_NODE_RANK),
+Settings (environment): WAIT_TRIES (peer waits, default 10), SLOTS (ranks per host;
+  default: a hostfile's slots=, else 1), NP (total ranks; default: the slots'), NODE_RANK (this host's index; else PET_NODE_RANK),
   MASTER_ADDR (torchrun's rendezvous host; else PET_MASTER_ADDR, else the first host),
   MASTER_PORT (else PET_MASTER_PORT, else 29500), NPROC_PER_NODE (torchrun's processes
   here; else PET_NPROC_PER_NODE, a number or torchrun's auto, cpu, gpu, xpu; default:
@@ -117,7 +154,6 @@ done
 [ $# -gt 0 ] || { usage >&2; die "no program given"; }
 
 WAIT_TRIES=${WAIT_TRIES:-10}
-SLOTS=${SLOTS:-1}
 # Numbers from the environment, ASCII digits only: bash arithmetic would run the $(...) in
 # a value such as 'a[$(id)]'.
 for v in WAIT_TRIES SLOTS NP WORKER_TIMEOUT NPROC_PER_NODE; do
@@ -147,36 +183,43 @@ hw_rt_rank "${NAMES[@]}" || die "$HW_RT_ERROR"
 RANK=$HW_RT_RANK
 ME=${NAMES[$RANK]}
 log "hosts from $SOURCE: ${NAMES[*]} (this is $ME, rank $RANK of $N)"
+if [ "${#ENV_KEPT[@]}" -gt 0 ]; then log "from the environment, not the plan: ${ENV_KEPT[*]}"; fi
 '''
 
 _MPI = r'''
+# ranks per host: SLOTS, else the hostfile's slots=, else 1; NP, else their sum
+hw_rt_slots "${SLOTS:-}" "${NP:-}" || die "$HW_RT_ERROR"
+SLOTS_OF=$(IFS=,; printf '%s' "${HW_RT_HOST_SLOTS[*]}")
+NP=$HW_RT_NP
+DONE="$RUN_DIR/done.$ME"
+# A worker clears an earlier run's end-of-job marker before its sshd can let the master in:
+# the master may run a short job and write this run's marker during the peer waits below.
+if [ "$RANK" -ne 0 ]; then rm -f "$DONE"; fi
 hw_rt_sshd "$PORT" || die "$HW_RT_ERROR"
 for h in "${NAMES[@]}"; do
   if [ "$h" != "$ME" ]; then hw_rt_wait "$h" "$WAIT_TRIES" "$PORT" || die "$h is not reachable on port $PORT"; fi
 done
 
 HOSTFILE_OUT="$RUN_DIR/hostfile.$ME"
-hw_rt_write_hostfile "$HOSTFILE_OUT" "$SLOTS" "${NAMES[@]}"
+hw_rt_write_hostfile "$HOSTFILE_OUT" "$SLOTS_OF" "${NAMES[@]}"
 
 if [ "$RANK" -ne 0 ]; then
   # A worker: mpirun on the first host starts the ranks here over SSH, then tells us the end.
-  rm -f "$RUN_DIR/done.$ME"
   log "waiting for $FIRST to run the job"
   waited=0
-  while [ ! -e "$RUN_DIR/done.$ME" ]; do
+  while [ ! -e "$DONE" ]; do
     sleep 1
     waited=$((waited + 1))
     if [ "${WORKER_TIMEOUT:-0}" -gt 0 ] && [ "$waited" -ge "${WORKER_TIMEOUT:-0}" ]; then
       die "the job did not end within ${WORKER_TIMEOUT}s"
     fi
   done
-  rc=$(cat "$RUN_DIR/done.$ME" 2>/dev/null || echo 1)
-  rm -f "$RUN_DIR/done.$ME"
+  rc=$(cat "$DONE" 2>/dev/null || echo 1)
+  rm -f "$DONE"
   log "the job ended with status $rc"
   exit "$rc"
 fi
 
-NP=${NP:-$((N * SLOTS))}
 ROOT_ARGS=()
 if [ "$(id -u)" -eq 0 ]; then ROOT_ARGS=(--allow-run-as-root); fi
 X_ARGS=()
@@ -261,22 +304,32 @@ if [[ $NPROC =~ ^0+$ ]]; then die "$NPROC_FROM=$NPROC: torchrun needs 1 process 
 # them against its own: a NIC named otherwise here (ens6 for ens5) gives the route's to the
 # master (or, on the master, to the next host); a GID index that is not this port's RoCE v2
 # IPv4 GID gives this instance's own.
-if [ -n "${GLOO_SOCKET_IFNAME:-}${NCCL_SOCKET_IFNAME:-}" ]; then
-  want=${GLOO_SOCKET_IFNAME:-${NCCL_SOCKET_IFNAME#=}}
+# A value the environment set is the user's: it is used as it is.
+env_kept() { [[ " ${ENV_KEPT[*]} " == *" $1 "* ]]; }
+FIX=()
+for v in GLOO_SOCKET_IFNAME NCCL_SOCKET_IFNAME; do
+  if [ -n "${!v:-}" ] && ! env_kept "$v"; then FIX+=("$v"); fi
+done
+if [ "${#FIX[@]}" -gt 0 ]; then
+  want=${!FIX[0]}
+  want=${want#=}
   if [ ! -e "${HW_RT_SYSFS:-/sys}/class/net/$want" ]; then
     peer=$MASTER
     if [ "$RANK" = 0 ] && [ "$N" -gt 1 ]; then peer=${NAMES[1]}; fi
     hw_rt_route_dev "$peer"
     if [ -n "$HW_RT_DEV" ]; then
-      export GLOO_SOCKET_IFNAME=$HW_RT_DEV NCCL_SOCKET_IFNAME="=$HW_RT_DEV"
+      for v in "${FIX[@]}"; do
+        if [ "$v" = NCCL_SOCKET_IFNAME ]; then export NCCL_SOCKET_IFNAME="=$HW_RT_DEV"
+        else export GLOO_SOCKET_IFNAME=$HW_RT_DEV; fi
+      done
       log "socket interface $HW_RT_DEV here (the route to $peer at $HW_RT_ADDR), not the plan's $want"
     else
-      unset GLOO_SOCKET_IFNAME NCCL_SOCKET_IFNAME
+      unset "${FIX[@]}"
       log "no interface $want here and no route to $peer names one: NCCL and gloo choose"
     fi
   fi
 fi
-if [ -n "${NCCL_IB_GID_INDEX:-}" ] && [ -n "${NCCL_IB_HCA:-}" ]; then
+if [ -n "${NCCL_IB_GID_INDEX:-}" ] && [ -n "${NCCL_IB_HCA:-}" ] && ! env_kept NCCL_IB_GID_INDEX; then
   gid="" same=1
   IFS=, read -r -a devs <<< "${NCCL_IB_HCA#=}"
   for d in "${devs[@]}"; do
@@ -295,21 +348,38 @@ if [ -n "${NCCL_IB_GID_INDEX:-}" ] && [ -n "${NCCL_IB_HCA:-}" ]; then
 fi
 # 'python3 train.py': torchrun runs the script with the Python it belongs to; an explicit
 # interpreter (/opt/conda/bin/python) is honoured by running torch.distributed.run with it.
-PY=""
-case "$1" in
-  python|python3|python3.*) shift ;;
-  */python|*/python3|*/python3.*) PY=$1; shift ;;
-esac
-if [ -n "$PY" ]; then TORCHRUN=("$PY" -m torch.distributed.run)
+__TORCH_PROGRAM_SH__
+torch_program "$@" || die "$TORCH_PROGRAM_ERROR"
+if [ -n "$TORCH_PY" ]; then TORCHRUN=("$TORCH_PY" -m torch.distributed.run)
 elif command -v torchrun >/dev/null 2>&1; then TORCHRUN=(torchrun)
 else TORCHRUN=(python3 -m torch.distributed.run); fi
 ARGS=(--nnodes="$N" --node-rank="$RANK" --nproc-per-node="$NPROC" --master-addr="$MASTER" --master-port="$MPORT")
 log "torchrun node $RANK of $N, master $MASTER:$MPORT, --nproc-per-node $NPROC ($NPROC_FROM): $*"
-case "$1" in
-  *.py) exec "${TORCHRUN[@]}" "${ARGS[@]}" "$@" ;;
-  *) exec "${TORCHRUN[@]}" "${ARGS[@]}" --no-python "$@" ;;
-esac
+exec "${TORCHRUN[@]}" "${ARGS[@]}" "${TORCH_PROGRAM[@]}"
 '''
+
+
+# The plan's environment as defaults: a variable the environment already sets (even to
+# nothing) is kept and named in ENV_KEPT, as the nccl-conf step promises ("environment
+# variables override these").
+_PLANNED_ENV_SH = r'''
+ENV_KEPT=()
+planned_env() {
+  if [ -n "${!1+set}" ]; then ENV_KEPT+=("$1"); export "${1?}"; else export "$1=$2"; fi
+}
+'''.strip("\n")
+
+
+def planned_env_lines(env: Sequence[Tuple[str, str]]) -> List[str]:
+    """Shell lines that export the plan's environment unless the environment sets it:
+    ENV_KEPT then names the ones it did (shared with the sbatch file)."""
+    lines = [comment(_("A variable the environment already sets keeps its value (even an "
+                       "empty one):\nthe script names those it kept."))]
+    lines += _PLANNED_ENV_SH.splitlines()
+    if not env:  # nothing to keep: no function for shellcheck to call unused
+        lines = ["ENV_KEPT=()"]
+    return lines + [f"planned_env {k} " + "'" + v.replace("'", "'\\''") + "'"
+                    for k, v in env]
 
 
 def _runtime_text() -> str:
@@ -351,8 +421,7 @@ def launch_script(plan: Plan) -> str:
     out.append(f"PORT={int(c.ssh_port)}")
     out.append(comment(_("The plan's environment for the job (also passed to every rank with "
                          "mpirun -x).")))
-    for k, v in env:
-        out.append(f"export {k}=" + "'" + v.replace("'", "'\\''") + "'")
+    out += planned_env_lines(env)
     args = list(plan.mpirun_args)
     passed = {args[i + 1] for i, a in enumerate(args[:-1]) if a == "-x"}
     out.append(comment(_("Passed to the ranks with mpirun -x (those MPIRUN_ARGS does not pass "
@@ -371,7 +440,8 @@ def launch_script(plan: Plan) -> str:
     out.append((_MPI if c.framework == "mpi" else _TORCH).rstrip("\n")
                .replace("__OMPI_VERSION_SH__", OMPI_VERSION_SH)
                .replace("__IFACE_ARGS_5__", " ".join(IFACE_ARGS_5))
-               .replace("__IFACE_ARGS_4__", " ".join(IFACE_ARGS_4)))
+               .replace("__IFACE_ARGS_4__", " ".join(IFACE_ARGS_4))
+               .replace("__TORCH_PROGRAM_SH__", TORCH_PROGRAM_SH))
     out.append("")
     text = "\n".join(out)
     if c.framework != "mpi":  # torchrun needs neither the mpirun settings nor sshd

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 from functools import lru_cache
-from typing import Dict, Mapping, Optional, Sequence
+from typing import Dict, Mapping, Optional, Sequence, Union
 
 from . import recipes
 from .hosts import Hosts
@@ -107,7 +107,8 @@ def rank_of(names: Sequence[str], env: Optional[Mapping[str, str]] = None) -> Op
     return int(proc.stdout.split(b"\0")[0])
 
 
-def hostfile_text(names: Sequence[str], slots: int) -> str:
-    """The hostfile hw_rt_write_hostfile writes: 'NAME slots=SLOTS' a line
-    (tests/test_runtime.py holds the two to the same text)."""
-    return "".join(f"{name} slots={int(slots)}\n" for name in names)
+def hostfile_text(names: Sequence[str], slots: Union[int, Sequence[int]]) -> str:
+    """The hostfile hw_rt_write_hostfile writes: 'NAME slots=N' a line, N the one number
+    for every host or each host's (tests/test_runtime.py holds the two to the same text)."""
+    per = [int(slots)] * len(names) if isinstance(slots, int) else [int(n) for n in slots]
+    return "".join(f"{name} slots={n}\n" for name, n in zip(names, per))

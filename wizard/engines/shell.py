@@ -7,7 +7,7 @@ import shlex
 from typing import List, Sequence
 
 from ..i18n import _, comment
-from ..launch import OMPI_VERSION_SH, mpirun_args_for
+from ..launch import OMPI_VERSION_SH, mpirun_args_for, planned_env_lines
 from .job import EngineJob, passed_env
 
 
@@ -15,8 +15,12 @@ def sq(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
 
 
-def exports(job: EngineJob) -> List[str]:
-    return [f"export {k}={sq(v)}" for k, v in job.env]
+def exports(job: EngineJob, tag: str) -> List[str]:
+    """The plan's environment, each variable unless the environment sets it already (tag:
+    the prefix of the line that names those)."""
+    return planned_env_lines(job.env) + [
+        f"if [ \"${{#ENV_KEPT[@]}}\" -gt 0 ]; then echo \"{tag}: from the environment, not "
+        f"the plan: ${{ENV_KEPT[*]}}\" >&2; fi"]
 
 
 def words(args: Sequence[str]) -> str:

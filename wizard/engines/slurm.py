@@ -15,6 +15,7 @@ from typing import List
 
 from .. import __version__
 from ..i18n import _, comment
+from ..launch import TORCH_PROGRAM_SH
 from ..plan import Plan
 from .job import EngineJob, job_of, with_ssh_retries
 from .shell import exports, mpirun_lines
@@ -22,7 +23,9 @@ from .shell import exports, mpirun_lines
 _MPI = r'''
 LAUNCHER=${MPI_LAUNCHER:-}
 if [ -z "$LAUNCHER" ]; then
-  if srun --mpi=list 2>&1 | grep -qw pmix; then LAUNCHER=srun; else LAUNCHER=mpirun; fi
+  # grep reads the whole list: grep -q stops at the match, srun's next line meets a closed
+  # pipe, and pipefail takes its SIGPIPE for "no PMIx"
+  if srun --mpi=list 2>&1 | grep -w pmix >/dev/null; then LAUNCHER=srun; else LAUNCHER=mpirun; fi
 fi
 case "$LAUNCHER" in
   srun)
@@ -44,20 +47,16 @@ _TORCH = r'''
 # awk reads to the end: 'head -n 1' would leave scontrol a broken pipe (pipefail)
 MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | awk 'NR == 1')
 NPROC=${NPROC_PER_NODE:-${SLURM_GPUS_ON_NODE:-1}}
-# 'python3 train.py': torchrun runs the script with its own Python; another program runs
-# as it is (--no-python).
-case "$1" in
-  python|python3|python3.*) shift ;;
-esac
-NO_PYTHON=()
-case "$1" in
-  *.py) ;;
-  *) NO_PYTHON=(--no-python) ;;
-esac
+# 'python3 train.py': torchrun runs the script with its own Python (an interpreter named by
+# its path runs torch.distributed.run); another program runs as it is (--no-python).
+__TORCH_PROGRAM_SH__
+torch_program "$@" || { echo "sbatch[$SLURM_JOB_ID]: $TORCH_PROGRAM_ERROR" >&2; exit 2; }
+TORCHRUN=(torchrun)
+if [ -n "$TORCH_PY" ]; then TORCHRUN=("$TORCH_PY" -m torch.distributed.run); fi
 echo "sbatch[$SLURM_JOB_ID]: torchrun on $SLURM_JOB_NODELIST, rendezvous $MASTER_ADDR: $*" >&2
-exec srun --ntasks-per-node=1 torchrun --nnodes="$SLURM_JOB_NUM_NODES" \
+exec srun --ntasks-per-node=1 "${TORCHRUN[@]}" --nnodes="$SLURM_JOB_NUM_NODES" \
   --nproc-per-node="$NPROC" --rdzv-id="$SLURM_JOB_ID" --rdzv-backend=c10d \
-  --rdzv-endpoint="$MASTER_ADDR:${MASTER_PORT:-29500}" ${NO_PYTHON[@]+"${NO_PYTHON[@]}"} "$@"
+  --rdzv-endpoint="$MASTER_ADDR:${MASTER_PORT:-29500}" "${TORCH_PROGRAM[@]}"
 '''
 
 
@@ -100,7 +99,7 @@ def sbatch_script(plan: Plan) -> str:
     if job.env:
         out.append(comment(_("The plan's environment (srun passes it to every task; mpirun "
                              "with -x).")))
-        out += exports(job)
+        out += exports(job, "sbatch[$SLURM_JOB_ID]")
     if job.mpi:
         out.append(comment(_("MPI_LAUNCHER=srun|mpirun chooses how the ranks start; by default "
                              "srun --mpi=pmix\nwhere this Slurm has PMIx (srun --mpi=list), "
@@ -113,5 +112,5 @@ def sbatch_script(plan: Plan) -> str:
                             '--hostfile "$HOSTFILE" "$@"')
         out[-1] = "set +e\n" + out[-1] + "\nrc=$?\nset -e\nexit \"$rc\""
     else:
-        out.append(_TORCH.strip("\n"))
+        out.append(_TORCH.strip("\n").replace("__TORCH_PROGRAM_SH__", TORCH_PROGRAM_SH))
     return "\n".join(out) + "\n"

@@ -43,10 +43,14 @@ STATIC_RENDEZVOUS = (("PET_RDZV_BACKEND", "static"), ("PET_RDZV_ENDPOINT", ""),
                      ("PET_RDZV_ID", "none"), ("PET_RDZV_CONF", ""), ("PET_STANDALONE", "0"))
 
 
-def _hostfile(names: Sequence[str]) -> str:
+def _hostfile(ctx: Ctx, names: Sequence[str]) -> str:
+    """The hostfile of these of the job's hosts, with the slots the launch gives them (a
+    hostfile's own counts, else 1): verify's checks place one rank a host (--map-by node)."""
     from ..runtime import hostfile_text
 
-    return hostfile_text(list(names), 1)
+    hosts = ctx.hosts
+    per = dict(zip(hosts.names, hosts.slots)) if hosts is not None else {}
+    return hostfile_text(list(names), [per.get(n, 1) for n in names])
 
 
 def mpi_setup(ctx: Ctx) -> Tuple[Optional[int], str, str, str]:
@@ -108,7 +112,7 @@ def check_mpirun(ctx: Ctx, host: str = "") -> Check:
     t0 = time.monotonic()
     names = ctx.names
     n = len(names)
-    hf = ctx.write_temp("hostfile", _hostfile(names))
+    hf = ctx.write_temp("hostfile", _hostfile(ctx, names))
     r = ctx.ask(Mpirun(hf, n, (*_mpirun_args(ctx), "--map-by", "node"), ("hostname",),
                        user=ctx.user))
     ranks = host_lines(r.out) if r.ok else []
@@ -191,7 +195,7 @@ def check_mpi_transport(ctx: Ctx, host: str = "") -> Check:
                           detail=failed.last_line(),
                           plain=_("Could not copy the MPI test program to the other "
                                   "instance."))
-    hf = ctx.write_temp("hostfile-2", _hostfile(pair))
+    hf = ctx.write_temp("hostfile-2", _hostfile(ctx, pair))
     args = [*_mpirun_args(ctx), "--map-by", "node", "--mca", "pml", "ucx",
             "-x", "UCX_LOG_LEVEL=info"]
     passed = {a for i, a in enumerate(args) if i and args[i - 1] == "-x"}
