@@ -98,7 +98,7 @@ SSH_FIELDS = ("ssh_port", "host_keys", "peers")
 FIELD_OF_ERROR = {"user": "user", "port": "ssh_port", "peers": "peers"}  # BadInput.field
 
 
-class ChoiceSet(RadioSet):
+class PickThenNext(RadioSet):
     """A RadioSet where Enter picks the highlighted value and, on the value already picked,
     goes Next: Enter is Choose's Next key (a browser keeps Ctrl+N for a new window), and
     Space still picks."""
@@ -135,11 +135,11 @@ class ChooseScreen(WizardScreen):
         with VerticalScroll(id="choose-body", classes="body"):
             with Horizontal(classes="field"):
                 yield Label(_("Framework"), classes="field-label")
-                with ChoiceSet(id="framework", classes="inline"):
+                with PickThenNext(id="framework", classes="inline"):
                     yield from radio_buttons(vocab.FRAMEWORK)
             with Horizontal(classes="field"):
                 yield Label(_("Network"), classes="field-label")
-                with ChoiceSet(id="network", classes="inline"):
+                with PickThenNext(id="network", classes="inline"):
                     yield from radio_buttons(vocab.NETWORK, rdma_missing=bool(why_not_ib))
             yield Static(_("InfiniBand unavailable: {why}").format(why=why_not_ib) if why_not_ib
                          else _("InfiniBand: {ports} active").format(
@@ -160,7 +160,7 @@ class ChooseScreen(WizardScreen):
                          classes="hint")
             with Horizontal(classes="field"):
                 yield Label(_("Host keys"), classes="field-label")
-                with ChoiceSet(id="host_keys", classes="inline"):
+                with PickThenNext(id="host_keys", classes="inline"):
                     yield from radio_buttons(vocab.HOST_KEYS)
             self.derived = derived_peers(facts)
             peers, peers_text, peers_warn = self.derived

@@ -16,7 +16,8 @@ pytest.importorskip("textual")
 from textual.widgets import Input, Log, OptionList, RadioSet, Static  # noqa: E402
 
 from _tui_fixtures import (FakeRunner, bare_container, gpu_ib, make_app, name,  # noqa: E402
-                           run_until, sync, text_of, to_choose, to_review, wait_for)
+                           run_until, sync, text_of, to_choose, to_review, until_handled,
+                           wait_for)
 from hpcwizard.apply import undo_record  # noqa: E402
 from hpcwizard.catalog import load_catalog  # noqa: E402
 from hpcwizard.choices import make_choices  # noqa: E402
@@ -579,3 +580,43 @@ async def test_the_instances_hint_describes_the_value_in_the_field(tmp_path, mon
         await set_input(pilot, "#peers", "*")
         await wait_for(pilot, lambda: "every host" in text_of(hint))
         assert hint.has_class("warn")
+
+
+@sync
+async def test_dialogs_show_whole_labels_their_own_keys_and_scroll_when_short(tmp_path):
+    """The Export dialog's format labels are whole from 72 columns up (three to a row cut
+    them at 91); each dialog has its own footer, which offers neither ? nor F2 (they do
+    nothing there); at 60x12 the Keys dialog scrolls to its Close."""
+    from textual.widgets import Button, RadioButton
+    from textual.widgets._footer import FooterKey
+
+    from hpcwizard import i18n
+    from hpcwizard.screens.widgets import FORMAT_LABELS
+
+    for lang in ("en", "zh"):
+        for size in ((91, 29), (80, 24), (60, 12)):
+            i18n.set_language(lang)
+            app = make_app(tmp_path, facts=gpu_ib(sudo="nopasswd"))
+            try:
+                async with app.run_test(size=size) as pilot:
+                    await to_review(pilot)
+                    await pilot.press("e")
+                    await wait_for(pilot, lambda: name(app) == "ExportScreen")
+                    await until_handled(pilot)
+                    shown = [b.render_line(0).text for b in app.screen.query(RadioButton)]
+                    for label in FORMAT_LABELS.values():
+                        assert any(i18n._(label) in s for s in shown), (size, lang, shown)
+                    keys = {k.key for k in app.screen.query(FooterKey)}
+                    assert "escape" in keys and not keys & {"f2", "question_mark"}, keys
+                    await pilot.press("escape")
+                    await wait_for(pilot, lambda: name(app) == "ReviewScreen")
+                    await pilot.press("question_mark")
+                    await wait_for(pilot, lambda: name(app) == "KeysScreen")
+                    close = app.screen.query_one("#keys-close", Button)
+                    close.focus()
+                    await until_handled(pilot)
+                    assert app.screen.region.contains_region(close.region), size
+                    await pilot.press("enter")
+                    await wait_for(pilot, lambda: name(app) == "ReviewScreen")
+            finally:
+                i18n.set_language("en")
