@@ -284,6 +284,9 @@ class ExportPanel(Vertical):
         result = self.query_one("#export-result", Static)
         result.set_class(error, "error")
         result.update(Text(text))
+        # on a short terminal the line is below the fold (62x16: under eight formats):
+        # the user must see what Write did
+        self.call_after_refresh(lambda: result.scroll_visible(animate=False))
 
     def write(self, force: "bool | Tuple[Path, ...]" = False) -> Optional[Path]:
         """session.write_export, as `hpcwizard export -o PATH`: every file the format needs,

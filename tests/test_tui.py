@@ -620,3 +620,26 @@ async def test_dialogs_show_whole_labels_their_own_keys_and_scroll_when_short(tm
                     await wait_for(pilot, lambda: name(app) == "ReviewScreen")
             finally:
                 i18n.set_language("en")
+
+
+@sync
+async def test_the_export_result_is_scrolled_into_view_on_a_short_terminal(tmp_path,
+                                                                         monkeypatch):
+    """62x16 (a JupyterLab panel), the preset screen: after w the "Wrote launch script" line
+    is on screen, not below the eight formats."""
+    monkeypatch.chdir(tmp_path)
+    app = make_app(tmp_path, facts=gpu_ib())
+    async with app.run_test(size=(62, 16)) as pilot:
+        await to_choose(pilot)
+        await choose_ib(pilot)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: name(app) == "RecommendScreen")
+        await pilot.press("p")
+        await wait_for(pilot, lambda: name(app) == "DoneScreen")
+        result = app.screen.query_one("#export-result", Static)
+        await pilot.press("w")
+        await wait_for(pilot, lambda: "Wrote launch script" in text_of(result))
+        body = app.screen.query_one("#done-body")
+        await wait_for(pilot, lambda: body.region.contains_region(result.region)
+                       and result.region.height > 0, what="the result in view")
+    assert (tmp_path / "hpcwizard-launch.sh").is_file()
