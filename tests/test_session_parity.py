@@ -228,3 +228,21 @@ async def test_pytorch_gets_no_ssh_settings_from_either(tmp_path, monkeypatch):
     plan = build_plan(facts, core, app.catalog)
     for fmt in ("setup", "launch"):
         assert "host keys are not checked" not in render_export(plan, fmt)
+
+
+def test_without_sudo_the_command_line_refuses_the_run_as_the_wizard_does(tmp_path):
+    """Not root and no sudo: `apply --manual` is refused before anything runs with the line
+    Review shows (session.no_sudo_here), not a run that stops at its first root step."""
+    from hpcwizard.catalog import load_catalog
+    from hpcwizard.choices import make_choices
+    from hpcwizard.plan import build_plan
+    from hpcwizard.session import no_sudo_here
+
+    facts = gpu_ib(sudo="none")
+    plan = build_plan(facts, make_choices(framework="mpi", network="ib", mode="manual"),
+                      load_catalog())
+    runner = FakeRunner()
+    with pytest.raises(cli.BadInput) as refused:
+        _cli_run(tmp_path, plan, facts, runner)
+    assert no_sudo_here(facts.user) in str(refused.value)
+    assert runner.ran() == [] and not list(tmp_path.rglob("*.toml"))

@@ -643,3 +643,26 @@ async def test_the_export_result_is_scrolled_into_view_on_a_short_terminal(tmp_p
         await wait_for(pilot, lambda: body.region.contains_region(result.region)
                        and result.region.height > 0, what="the result in view")
     assert (tmp_path / "hpcwizard-launch.sh").is_file()
+
+
+@sync
+async def test_review_says_the_root_steps_cannot_run_without_sudo_and_run_refuses(tmp_path):
+    """alice, not root, no sudo: Review says before Run that the (root) steps cannot run for
+    her, and Run is one clear line, not a run that stops at step 1 (session.preflight, as
+    `hpcwizard apply` refuses it)."""
+    runner = FakeRunner()
+    app = make_app(tmp_path, facts=gpu_ib(sudo="none"), runner=runner)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await to_choose(pilot)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: name(app) == "RecommendScreen")
+        await pilot.press("c")
+        await wait_for(pilot, lambda: name(app) == "ReviewScreen")
+        await wait_for(pilot, lambda: all(app.screen.checked))
+        summary = text_of(app.screen.query_one("#review-summary", Static))
+        assert "cannot run for you" in summary and "no sudo" in summary
+        await pilot.press("r")
+        await wait_for(pilot, lambda: any("cannot run for you" in str(n.message)
+                                          for n in app._notifications))
+        assert name(app) == "ReviewScreen" and app.record is None
+    assert runner.ran() == []
