@@ -666,3 +666,27 @@ async def test_review_says_the_root_steps_cannot_run_without_sudo_and_run_refuse
                                           for n in app._notifications))
         assert name(app) == "ReviewScreen" and app.record is None
     assert runner.ran() == []
+
+
+@sync
+async def test_q_asks_before_quitting_where_nothing_has_run(tmp_path):
+    """q on System and on the preset screen asks, as Ctrl+C and Ctrl+Q do (it quit at once)."""
+    app = make_app(tmp_path, facts=gpu_ib())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: name(app) == "SystemScreen" and app.screen.ready)
+        await pilot.press("q")
+        await wait_for(pilot, lambda: name(app) == "ConfirmScreen")
+        await pilot.press("n")
+        await wait_for(pilot, lambda: name(app) == "SystemScreen")
+        await to_choose(pilot)
+        await choose_ib(pilot)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: name(app) == "RecommendScreen")
+        await pilot.press("p")
+        await wait_for(pilot, lambda: name(app) == "DoneScreen")
+        await pilot.press("q")
+        await wait_for(pilot, lambda: name(app) == "ConfirmScreen")
+        assert app.return_code is None
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.return_code is not None)
+    assert app.return_code == 0
