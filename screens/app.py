@@ -422,6 +422,15 @@ class WizardApp(App[int]):
 
     # --- keys everywhere ----------------------------------------------------------------------
 
+    def check_action(self, action: str, parameters: tuple) -> Optional[bool]:
+        """A dialog neither lists keys nor switches language (its text was given to it in
+        one): its footer does not offer them."""
+        from textual.screen import ModalScreen
+
+        if action in ("keys", "toggle_language") and isinstance(self.screen, ModalScreen):
+            return False
+        return True
+
     def action_keys(self) -> None:
         from textual.screen import ModalScreen
 

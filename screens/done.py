@@ -319,7 +319,12 @@ class DoneScreen(WizardScreen):
         self.query_one(ExportPanel).write()
 
     def action_quit_done(self) -> None:
-        self.app.exit_with_status()
+        """After a run, q ends the wizard with the run's status; on the preset screen nothing
+        has run and the export may not be written yet: it asks, as Ctrl+C does."""
+        if self.record is None:
+            self.app.action_quit_app()
+        else:
+            self.app.exit_with_status()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "verify-hosts":

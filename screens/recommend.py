@@ -37,10 +37,14 @@ class RecommendScreen(WizardScreen):
         preset = rec.preset
         c = plan.choices
         head = Text()
-        head.append(_("{framework} over {network}, job user {user}, SSH port {port}").format(
-            framework=c.framework.upper() if c.framework == "mpi" else "PyTorch",
-            network="InfiniBand" if c.network == "ib" else "TCP", user=plan.target.user,
-            port=c.ssh_port) + "\n\n", style="dim")
+        what = dict(framework=c.framework.upper() if c.framework == "mpi" else "PyTorch",
+                    network="InfiniBand" if c.network == "ib" else "TCP",
+                    user=plan.target.user, port=c.ssh_port)
+        # PyTorch has no SSH port (hpcwizard.choices.SSH_ONLY)
+        head.append((_("{framework} over {network}, job user {user}, SSH port {port}")
+                     if c.framework == "mpi" else
+                     _("{framework} over {network}, job user {user}")).format(**what) + "\n\n",
+                    style="dim")
         if rec.path == "preset" and preset is not None:
             head.append(_("Recommended: start the job from the preset image") + "\n",
                         style="bold green")
@@ -48,8 +52,10 @@ class RecommendScreen(WizardScreen):
             head.append(f"  {field(preset, 'title')} ({preset.id})", style="")
         else:
             head.append(_("Recommended: configure this machine"), style="bold green")
-            head.append(_(" ({n} steps, reviewed before anything runs)").format(
-                n=len(plan.steps)))
+            n = len(plan.steps)
+            # the catalogue has no plural entries: one msgid per form English needs
+            head.append((_(" ({n} step, reviewed before it runs)") if n == 1 else
+                         _(" ({n} steps, reviewed before anything runs)")).format(n=n))
         with VerticalScroll(id="recommend-body", classes="body"):
             yield Static(head, id="recommend-head")
             yield Static(Text(_("Why"), style="bold"), classes="section")

@@ -106,10 +106,33 @@ class ReviewScreen(WizardScreen):
         total = len(self.plan.steps)
         if all(self.checked):
             n = sum(1 for d in self.done if d)
-            return Text(_("{total} steps, {n} already done here (✓): they will be skipped. "
-                          "Nothing has run yet.").format(total=total, n=n), style="dim")
-        return Text(_("{total} steps; ✓ = already done here (checked, not run). Nothing has "
-                      "run yet.").format(total=total), style="dim")
+            # the catalogue has no plural entries: one msgid per form English needs
+            one = (_("1 step, already done here (✓): it will be skipped. Nothing has run "
+                     "yet.") if n else _("1 step, not done here yet. Nothing has run yet."))
+            text = Text((one if total == 1 else
+                         _("{total} steps, {n} already done here (✓): they will be skipped. "
+                           "Nothing has run yet.")).format(total=total, n=n), style="dim")
+        else:
+            text = Text((_("1 step; ✓ = already done here (checked, not run). Nothing has run "
+                           "yet.") if total == 1 else
+                         _("{total} steps; ✓ = already done here (checked, not run). Nothing "
+                           "has run yet.")).format(total=total), style="dim")
+        blocked = self.blocked()
+        if blocked:
+            text.append("\n" + blocked, style="bold red")
+        return text
+
+    def blocked(self) -> str:
+        """Why Run cannot work for this user (hpcwizard.session.no_sudo_here), while a step
+        that needs sudo is not known to be done already: said before Run, not at step 1."""
+        from hpcwizard.session import no_sudo_here
+
+        facts = self.app.facts
+        why = no_sudo_here(facts.user) if facts is not None else ""
+        if why and any(s.as_ == "root" and not self.done[i]
+                       for i, s in enumerate(self.plan.steps)):
+            return why
+        return ""
 
     def on_mount(self) -> None:
         self.show_first()

@@ -66,16 +66,17 @@ def facts_table(facts: Any) -> Table:
             if g.name not in names:
                 names.append(g.name)
         g0 = facts.gpus[0]
-        extra = ", ".join(x for x in (_mem(g0.memory_mib) if g0.memory_mib else "",
+        # the list separator of the language ("，" in Chinese, as on the Machine row)
+        extra = _(", ").join(x for x in (_mem(g0.memory_mib) if g0.memory_mib else "",
                                       _("driver {version}").format(version=g0.driver)
                                       if g0.driver else "",
                                       f"CUDA {g0.cuda}" if g0.cuda else "") if x)
         gpu = Text(f"{len(facts.gpus)} × {', '.join(names)}")
         if extra:
             gpu.append(f"  {extra}", style="dim")
-        t.add_row("GPUs", gpu)
+        t.add_row(_("GPUs"), gpu)
     else:
-        t.add_row("GPUs", Text(_("none"), style="dim"))
+        t.add_row(_("GPUs"), Text(_("none"), style="dim"))
     if facts.hcas:
         ports = Text()
         for h in facts.hcas:
@@ -143,7 +144,8 @@ class SystemScreen(WizardScreen):
     BACK = False
     BINDINGS = [
         Binding("enter,n", "next", "Next", priority=False),
-        Binding("q", "app.quit", "Quit"),
+        # asks, as Ctrl+C and Ctrl+Q do: nothing is lost only if the user meant it
+        Binding("q", "app.quit_app", "Quit"),
     ]
     SUB_TITLE = STEP  # the early frame draws it before Textual loads
 

@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.validation import ValidationResult, Validator
@@ -165,11 +165,13 @@ class KeysScreen(ModalScreen[None]):
         text.append("\n  " + _("tab / shift+tab move between fields; the mouse works too."),
                     style="dim")
         text.append("\n  " + _("F2 switches the language (English / 中文)."), style="dim")
-        with Vertical(id="keys-box", classes="dialog"):
+        # scrolls when the terminal is short (60x12): Close stays reachable
+        with VerticalScroll(id="keys-box", classes="dialog"):
             yield Label(_("Keys: {screen}").format(screen=self.keys_title),
                         classes="dialog-title")
             yield Static(text, id="keys-text")
             yield Button(_("Close"), id="keys-close", compact=True)
+        yield Footer()  # the dialog's own keys, over those of the screen below
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(None)
@@ -187,13 +189,14 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         translate_bindings(self)
-        with Vertical(id="confirm-box", classes="dialog"):
+        with VerticalScroll(id="confirm-box", classes="dialog"):
             yield Static(self.question, id="confirm-question")
             with Horizontal(classes="buttons"):
                 yield Button(_("{label} (y)").format(label=self.yes), id="confirm-yes",
                              variant="error", compact=True)
                 yield Button(_("{label} (n)").format(label=self.no), id="confirm-no",
                              compact=True)
+        yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#confirm-no", Button).focus()
@@ -281,6 +284,9 @@ class ExportPanel(Vertical):
         result = self.query_one("#export-result", Static)
         result.set_class(error, "error")
         result.update(Text(text))
+        # on a short terminal the line is below the fold (62x16: under eight formats):
+        # the user must see what Write did
+        self.call_after_refresh(lambda: result.scroll_visible(animate=False))
 
     def write(self, force: "bool | Tuple[Path, ...]" = False) -> Optional[Path]:
         """session.write_export, as `hpcwizard export -o PATH`: every file the format needs,
@@ -340,10 +346,11 @@ class ExportScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         translate_bindings(self)
-        with Vertical(id="export-box", classes="dialog"):
+        with VerticalScroll(id="export-box", classes="dialog"):
             yield Label(_("Export the plan (nothing runs)"), classes="dialog-title")
             yield ExportPanel(self.plan)
             yield Button(_("Close (esc)"), id="export-close", compact=True)
+        yield Footer()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "export-close":

@@ -191,7 +191,7 @@ async def to_choose(pilot) -> None:
 async def to_review(pilot) -> None:
     """System -> Choose (its defaults: MPI over TCP) -> Recommend -> configure here -> Review."""
     await to_choose(pilot)
-    await pilot.press("ctrl+n")
+    await pilot.press("enter")  # Choose's Next (a browser keeps ctrl+n)
     await wait_for(pilot, lambda: name(pilot.app) == "RecommendScreen")
     await pilot.press("c")
     await wait_for(pilot, lambda: name(pilot.app) == "ReviewScreen")

@@ -189,3 +189,60 @@ async def test_an_export_is_the_same_files_and_modes_from_both(tmp_path, monkeyp
     assert _modes(cli_dir)["hpcwizard-setup.sh"][0] == 0o755
     # exporting the same again is not "replacing a user's file": no question, no --force
     assert cli.main(argv) == 0
+
+
+@sync
+async def test_pytorch_gets_no_ssh_settings_from_either(tmp_path, monkeypatch):
+    """What Choose had in its SSH fields before PyTorch was chosen reaches no plan: the
+    wizard's PyTorch choices are the command line's (which refuses --host-keys off and
+    --peers for PyTorch), and the core sets such values aside wherever they come from."""
+    from hpcwizard.choices import make_choices
+    from hpcwizard.export import render_export
+    from textual.widgets import Input, RadioSet
+
+    facts = bare_container()
+    monkeypatch.setattr(cli, "_facts", lambda sysroot, **_: facts)
+    app = make_app(tmp_path, facts=facts)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: name(app) == "ChooseScreen")
+        screen = app.screen
+        screen.query_one("#host_keys-off").value = True
+        screen.query_one("#peers", Input).value = "gpu-*"
+        screen.query_one("#ssh_port", Input).value = "2200"
+        screen.query_one("#framework", RadioSet).focus()
+        await pilot.press("right", "enter", "enter")  # PyTorch, then Next
+        await wait_for(pilot, lambda: name(app) == "RecommendScreen")
+        wizard = app.plan.choices
+    args = cli.build_parser().parse_args(["plan", "--framework", "pytorch", "--network", "tcp"])
+    assert wizard == cli._choices(args)
+    refused = cli.build_parser().parse_args(["plan", "--framework", "pytorch", "--network",
+                                             "tcp", "--host-keys", "off"])
+    with pytest.raises(cli.BadInput, match="SSH is configured for MPI only"):
+        cli._choices(refused)
+    core = make_choices(framework="pytorch", network="tcp", host_keys="off", peers="gpu-*",
+                        ssh_port="2200")
+    assert core == wizard
+    from hpcwizard.plan import build_plan
+
+    plan = build_plan(facts, core, app.catalog)
+    for fmt in ("setup", "launch"):
+        assert "host keys are not checked" not in render_export(plan, fmt)
+
+
+def test_without_sudo_the_command_line_refuses_the_run_as_the_wizard_does(tmp_path):
+    """Not root and no sudo: `apply --manual` is refused before anything runs with the line
+    Review shows (session.no_sudo_here), not a run that stops at its first root step."""
+    from hpcwizard.catalog import load_catalog
+    from hpcwizard.choices import make_choices
+    from hpcwizard.plan import build_plan
+    from hpcwizard.session import no_sudo_here
+
+    facts = gpu_ib(sudo="none")
+    plan = build_plan(facts, make_choices(framework="mpi", network="ib", mode="manual"),
+                      load_catalog())
+    runner = FakeRunner()
+    with pytest.raises(cli.BadInput) as refused:
+        _cli_run(tmp_path, plan, facts, runner)
+    assert no_sudo_here(facts.user) in str(refused.value)
+    assert runner.ran() == [] and not list(tmp_path.rglob("*.toml"))

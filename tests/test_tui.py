@@ -16,7 +16,8 @@ pytest.importorskip("textual")
 from textual.widgets import Input, Log, OptionList, RadioSet, Static  # noqa: E402
 
 from _tui_fixtures import (FakeRunner, bare_container, gpu_ib, make_app, name,  # noqa: E402
-                           run_until, sync, text_of, to_choose, to_review, wait_for)
+                           run_until, sync, text_of, to_choose, to_review, until_handled,
+                           wait_for)
 from hpcwizard.apply import undo_record  # noqa: E402
 from hpcwizard.catalog import load_catalog  # noqa: E402
 from hpcwizard.choices import make_choices  # noqa: E402
@@ -364,7 +365,7 @@ async def test_question_mark_shows_the_keys_of_the_screen(tmp_path):
         await pilot.press("question_mark")
         await wait_for(pilot, lambda: name(app) == "KeysScreen")
         keys = dict(app.screen.keys)
-        assert keys.get("^n") == "Next" and keys.get("b / esc") == "Back"
+        assert keys.get("⏎ / n / ^n") == "Next" and keys.get("b / esc") == "Back"
         await pilot.press("escape")
         await wait_for(pilot, lambda: name(app) == "ChooseScreen")
 
@@ -486,3 +487,206 @@ def test_without_a_terminal_prints_one_line_and_exits_2():
     assert proc.returncode == 2
     out = (proc.stdout + proc.stderr).strip().splitlines()
     assert len(out) == 1 and "hpcwizard" in out[0] and "--help" in out[0]
+
+
+# --- red-team (JupyterLab terminal): PyTorch's SSH fields, the Next key, Instances' hint -------
+
+@sync
+async def test_pytorch_greys_out_the_ssh_fields_and_hands_the_core_none(tmp_path):
+    """PyTorch gets no SSH settings (the command line refuses --host-keys off, --peers for it):
+    Choose greys them out, and what was set there before reaches neither the plan nor a file."""
+    from hpcwizard.export import render_export
+
+    app = make_app(tmp_path, facts=bare_container())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await to_choose(pilot)
+        screen = app.screen
+        await pilot.press("tab", "tab")  # framework -> network -> job user
+        await pilot.press("tab", "tab")  # ssh port -> host keys
+        assert app.focused.id == "host_keys"
+        await pilot.press("right", "enter")  # off
+        assert screen.query_one("#host_keys", RadioSet).pressed_button.id == "host_keys-off"
+        await set_input(pilot, "#peers", "gpu-*")
+        screen.query_one("#framework", RadioSet).focus()
+        await pilot.press("right", "enter")  # PyTorch
+        await wait_for(pilot, lambda: screen.query_one("#ssh_port").disabled)
+        assert all(screen.query_one(f"#{n}").disabled for n in ("host_keys", "peers"))
+        assert "MPI only" in text_of(screen.query_one("#ssh_port-hint", Static))
+        await pilot.press("enter")  # PyTorch is picked: Enter goes on
+        await wait_for(pilot, lambda: name(app) == "RecommendScreen")
+        c = app.plan.choices
+        assert (c.framework, c.host_keys, c.peers, c.ssh_port) == ("pytorch", "pinned", "", 2222)
+        assert "SSH port" not in text_of(app.screen.query_one("#recommend-head", Static))
+        for fmt in ("setup", "launch"):
+            text = render_export(app.plan, fmt)
+            assert "host keys are not checked" not in text and "gpu-*" not in text
+        await pilot.press("b")
+        await wait_for(pilot, lambda: name(app) == "ChooseScreen")
+        app.screen.query_one("#framework", RadioSet).focus()
+        await pilot.press("left", "enter")  # MPI again: the fields are back, as they were
+        await wait_for(pilot, lambda: not app.screen.query_one("#peers").disabled)
+        assert app.screen.query_one("#peers", Input).value == "gpu-*"
+
+
+@sync
+async def test_next_is_enter_or_n_a_browser_delivers_and_ctrl_n_still_works(tmp_path):
+    """A desktop browser keeps Ctrl+N (a new window): Choose goes Next on Enter (on a choice
+    once it is picked, in a field) and n; the footer, the button and `?` say so."""
+    from textual.widgets import Button
+
+    for keys in (("enter",), ("n",), ("ctrl+n",), ("tab", "tab", "enter")):
+        app = make_app(tmp_path, facts=bare_container())
+        async with app.run_test(size=(80, 24)) as pilot:
+            await to_choose(pilot)
+            assert "⏎" in str(app.screen.query_one("#next", Button).label)
+            assert "ctrl+n" not in str(app.screen.query_one("#next", Button).label)
+            await pilot.press(*keys)
+            await wait_for(pilot, lambda: name(app) == "RecommendScreen", what=str(keys))
+    app = make_app(tmp_path, facts=bare_container())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await to_choose(pilot)
+        await pilot.press("tab", "right", "space")  # Space picks; Enter would too
+        await wait_for(pilot, lambda: app.screen.query_one("#network", RadioSet)
+                       .pressed_button is not None)
+        await set_input(pilot, "#user", "nob")  # n in a field is the letter, not Next
+        assert name(app) == "ChooseScreen"
+        await pilot.press("f1")  # ? would be typed into the field
+        await wait_for(pilot, lambda: name(app) == "KeysScreen")
+        keys = text_of(app.screen.query_one("#keys-text", Static))
+        line = next(ln for ln in keys.splitlines() if ln.strip().endswith(" Next")
+                    and "Focus" not in ln)
+        assert line.split()[:5] == ["⏎", "/", "n", "/", "^n"], keys
+
+
+@sync
+async def test_the_instances_hint_describes_the_value_in_the_field(tmp_path, monkeypatch):
+    """The hint under Instances follows the value: the derived `*` warning goes once the user
+    names the instances, and comes back for a `*` typed by hand."""
+    import socket
+
+    monkeypatch.setattr(socket, "gethostname", lambda: "localhost")
+    for var in ("HPCWIZARD_PEERS", "VC_WORKER_HOSTS", "PET_NNODES"):
+        monkeypatch.delenv(var, raising=False)
+    facts = bare_container()
+    app = make_app(tmp_path, facts=facts)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await to_choose(pilot)
+        hint = app.screen.query_one("#peers-hint", Static)
+        start = text_of(hint)
+        await set_input(pilot, "#peers", "job-worker-*")
+        await wait_for(pilot, lambda: text_of(hint) != start)
+        assert "every host" not in text_of(hint) and "from" not in text_of(hint)
+        assert not hint.has_class("warn")
+        await set_input(pilot, "#peers", "*")
+        await wait_for(pilot, lambda: "every host" in text_of(hint))
+        assert hint.has_class("warn")
+
+
+@sync
+async def test_dialogs_show_whole_labels_their_own_keys_and_scroll_when_short(tmp_path):
+    """The Export dialog's format labels are whole from 72 columns up (three to a row cut
+    them at 91); each dialog has its own footer, which offers neither ? nor F2 (they do
+    nothing there); at 60x12 the Keys dialog scrolls to its Close."""
+    from textual.widgets import Button, RadioButton
+    from textual.widgets._footer import FooterKey
+
+    from hpcwizard import i18n
+    from hpcwizard.screens.widgets import FORMAT_LABELS
+
+    for lang in ("en", "zh"):
+        for size in ((91, 29), (80, 24), (60, 12)):
+            i18n.set_language(lang)
+            app = make_app(tmp_path, facts=gpu_ib(sudo="nopasswd"))
+            try:
+                async with app.run_test(size=size) as pilot:
+                    await to_review(pilot)
+                    await pilot.press("e")
+                    await wait_for(pilot, lambda: name(app) == "ExportScreen")
+                    await until_handled(pilot)
+                    shown = [b.render_line(0).text for b in app.screen.query(RadioButton)]
+                    for label in FORMAT_LABELS.values():
+                        assert any(i18n._(label) in s for s in shown), (size, lang, shown)
+                    keys = {k.key for k in app.screen.query(FooterKey)}
+                    assert "escape" in keys and not keys & {"f2", "question_mark"}, keys
+                    await pilot.press("escape")
+                    await wait_for(pilot, lambda: name(app) == "ReviewScreen")
+                    await pilot.press("question_mark")
+                    await wait_for(pilot, lambda: name(app) == "KeysScreen")
+                    close = app.screen.query_one("#keys-close", Button)
+                    close.focus()
+                    await until_handled(pilot)
+                    assert app.screen.region.contains_region(close.region), size
+                    await pilot.press("enter")
+                    await wait_for(pilot, lambda: name(app) == "ReviewScreen")
+            finally:
+                i18n.set_language("en")
+
+
+@sync
+async def test_the_export_result_is_scrolled_into_view_on_a_short_terminal(tmp_path,
+                                                                         monkeypatch):
+    """62x16 (a JupyterLab panel), the preset screen: after w the "Wrote launch script" line
+    is on screen, not below the eight formats."""
+    monkeypatch.chdir(tmp_path)
+    app = make_app(tmp_path, facts=gpu_ib())
+    async with app.run_test(size=(62, 16)) as pilot:
+        await to_choose(pilot)
+        await choose_ib(pilot)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: name(app) == "RecommendScreen")
+        await pilot.press("p")
+        await wait_for(pilot, lambda: name(app) == "DoneScreen")
+        result = app.screen.query_one("#export-result", Static)
+        await pilot.press("w")
+        await wait_for(pilot, lambda: "Wrote launch script" in text_of(result))
+        body = app.screen.query_one("#done-body")
+        await wait_for(pilot, lambda: body.region.contains_region(result.region)
+                       and result.region.height > 0, what="the result in view")
+    assert (tmp_path / "hpcwizard-launch.sh").is_file()
+
+
+@sync
+async def test_review_says_the_root_steps_cannot_run_without_sudo_and_run_refuses(tmp_path):
+    """alice, not root, no sudo: Review says before Run that the (root) steps cannot run for
+    her, and Run is one clear line, not a run that stops at step 1 (session.preflight, as
+    `hpcwizard apply` refuses it)."""
+    runner = FakeRunner()
+    app = make_app(tmp_path, facts=gpu_ib(sudo="none"), runner=runner)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await to_choose(pilot)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: name(app) == "RecommendScreen")
+        await pilot.press("c")
+        await wait_for(pilot, lambda: name(app) == "ReviewScreen")
+        await wait_for(pilot, lambda: all(app.screen.checked))
+        summary = text_of(app.screen.query_one("#review-summary", Static))
+        assert "cannot run for you" in summary and "no sudo" in summary
+        await pilot.press("r")
+        await wait_for(pilot, lambda: any("cannot run for you" in str(n.message)
+                                          for n in app._notifications))
+        assert name(app) == "ReviewScreen" and app.record is None
+    assert runner.ran() == []
+
+
+@sync
+async def test_q_asks_before_quitting_where_nothing_has_run(tmp_path):
+    """q on System and on the preset screen asks, as Ctrl+C and Ctrl+Q do (it quit at once)."""
+    app = make_app(tmp_path, facts=gpu_ib())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: name(app) == "SystemScreen" and app.screen.ready)
+        await pilot.press("q")
+        await wait_for(pilot, lambda: name(app) == "ConfirmScreen")
+        await pilot.press("n")
+        await wait_for(pilot, lambda: name(app) == "SystemScreen")
+        await to_choose(pilot)
+        await choose_ib(pilot)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: name(app) == "RecommendScreen")
+        await pilot.press("p")
+        await wait_for(pilot, lambda: name(app) == "DoneScreen")
+        await pilot.press("q")
+        await wait_for(pilot, lambda: name(app) == "ConfirmScreen")
+        assert app.return_code is None
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.return_code is not None)
+    assert app.return_code == 0

@@ -54,6 +54,19 @@ def refuse_without_passwd_entry(runner: Any, pending: "Iterable[tuple[str, str, 
                          "{uid}; nothing was changed").format(uid=uid))
 
 
+def no_sudo_here(user: Any) -> str:
+    """Why a step that goes through sudo cannot run for this user, or "": not root, and
+    sudo missing ("none") or running nothing as root ("denied"). The run would stop at the
+    first such step; both front ends say so before it (Review, `apply`), and refuse it."""
+    if getattr(user, "sudo", "") not in ("none", "denied"):
+        return ""
+    return _("You are {user}, not root, and {why}: the steps marked (root) cannot run for "
+             "you, so a run would stop at the first of them. Run hpcwizard as root, or use "
+             "the preset image.").format(
+        user=user.name, why=_("there is no sudo here") if user.sudo == "none"
+        else _("sudo here runs nothing as root for you"))
+
+
 def sudo_allows_bash() -> bool:
     """Whether sudo, already opened, lets this user run bash as root without a password
     again: every root step is `sudo -n -- bash ...`."""
@@ -138,7 +151,13 @@ class Session:
 
     def preflight(self, action: str = "apply") -> None:
         """What refuses an action before it changes anything, the sudo password apart."""
-        refuse_without_passwd_entry(self.runner, self._pending(action))
+        pending = self._pending(action)
+        refuse_without_passwd_entry(self.runner, pending)
+        why = no_sudo_here(self.facts.user) if self.facts is not None else ""
+        # a step whose check already passes is skipped, sudo or not
+        if why and any(self.runner.via_sudo(as_) and not (check and self.runner.check(as_, check))
+                       for as_, check, _i in pending):
+            raise BadInput(why + " " + _("Nothing was run."))
 
     def goes_through_sudo(self, action: str = "apply") -> bool:
         """Whether a step the action runs goes through sudo: then the password is asked
