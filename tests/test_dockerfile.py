@@ -4,6 +4,7 @@ that starts sshd in the right mode; every variant passes hadolint with no errors
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 
@@ -98,6 +99,29 @@ def test_pytorch_needs_no_ssh_server(net):
     text = dockerfile(plan_for(framework="pytorch", network=net))
     assert not lines(text, "EXPOSE") and not lines(text, "CMD")
     assert "sshd" not in text
+
+
+PYTORCH_TAG = re.compile(r"^pytorch/pytorch:[0-9]+\.[0-9]+\.[0-9]+-cuda[0-9]+\.[0-9]+-cudnn[0-9]+-runtime$")
+
+
+@pytest.mark.parametrize("tree", list(OS_TREES))
+@pytest.mark.parametrize("net", ["tcp", "ib"])
+def test_pytorch_image_starts_from_an_image_that_has_torch(tree, net):
+    """The setup script checks that python3 imports torch: a bare OS image has neither, so
+    the build would always fail; the official PyTorch image (Ubuntu 22.04) has both, and the
+    packages are those of its release and package manager, wherever the plan was made."""
+    p = plan_for(tree, framework="pytorch", network=net)
+    (image,) = [l[5:] for l in lines(dockerfile(p), "FROM")]
+    assert PYTORCH_TAG.match(image), image
+    script = companion_files(p)["hpcwizard-setup.sh"]
+    assert "python3 -c 'import torch'" in script  # what the base must satisfy
+    on_ubuntu = plan_for("ubuntu2204", framework="pytorch", network=net)
+    steps = image_plan(p).steps
+    pk = [s for s in steps if s.operation == "hw_packages"]
+    assert [s.packages for s in pk] == ([on_ubuntu.packages_wanted] if on_ubuntu.packages_wanted
+                                        else [])
+    assert all(s.run.startswith("hw_packages apt ") for s in pk)
+    assert "the image's CMD starts it" not in script  # no CMD, no sshd in a PyTorch image
 
 
 def test_image_script_installs_every_package_and_does_not_start_sshd(tmp_path):

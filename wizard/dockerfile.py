@@ -1,6 +1,8 @@
 """The plan as a Dockerfile: an image in which the job's environment is already configured.
 
-    FROM <the base matching this OS (recipes/presets.toml [base_images]), or the preset image>
+    FROM <the preset image; else for PyTorch the official PyTorch image (presets.toml
+         [framework_images.pytorch]: its python3 imports torch, which the setup script
+         checks), for MPI the base matching this OS (presets.toml [base_images])>
     COPY hpcwizard-setup.sh      the plan's setup script, made for a fresh image (below)
     RUN  bash hpcwizard-setup.sh
     USER <the job's user>        when it is not root
@@ -25,7 +27,8 @@ from typing import Dict, List, Tuple
 
 from . import __version__, recipes
 from .compat import tomllib
-from .facts import OsInfo
+from .catalog import shipped_package_names
+from .facts import Facts, OsInfo
 from .plan import Plan, install_step, package_manager
 from .i18n import _, comment
 from .validate import BadInput
@@ -50,6 +53,32 @@ def base_image(os_info: OsInfo) -> str:
     return template.format(version=version, major=version.split(".")[0])
 
 
+@lru_cache(maxsize=1)
+def framework_images() -> Dict[str, Dict[str, str]]:
+    text = recipes.read_text("presets.toml")
+    return {k: dict(v) for k, v in tomllib.loads(text).get("framework_images", {}).items()}
+
+
+def framework_image(plan: Plan) -> "Tuple[str, OsInfo] | None":
+    """The image a framework's Dockerfile starts FROM when no preset is, with the
+    distribution it is built on; None when the framework has none (MPI: the OS's base)."""
+    entry = framework_images().get(plan.choices.framework)
+    if not entry:
+        return None
+    os_id = entry["os"]
+    os_info = OsInfo(id=os_id, version_id=entry["version"],
+                     pretty_name=entry.get("pretty_name", ""),
+                     family="debian" if os_id in ("ubuntu", "debian") else os_id,
+                     package_manager="apt" if os_id in ("ubuntu", "debian") else "dnf")
+    return entry["image"], os_info
+
+
+def image_os(plan: Plan) -> OsInfo:
+    """The distribution the image is built on: the framework image's, else the planned one."""
+    own = None if uses_preset(plan) else framework_image(plan)
+    return own[1] if own else plan.os
+
+
 def uses_preset(plan: Plan) -> bool:
     rec = plan.recommendation
     return rec.preset is not None and (plan.choices.mode == "preset" or
@@ -61,19 +90,20 @@ def image_plan(plan: Plan) -> Plan:
     # by what a step does, not by its name: no sshd is started in a build (the image's CMD
     # starts it), and the packages are planned afresh for an image built from scratch
     steps = [s for s in plan.steps if s.operation not in ("hw_packages", "hw_sshd")]
-    pm = package_manager_of(plan)
-    if not uses_preset(plan) and pm and plan.packages_wanted:
+    os_info = image_os(plan)
+    pm = package_manager(Facts(os=os_info))
+    wanted = plan.packages_wanted
+    if os_info != plan.os:  # the recipes' generic names, by their names on the image's release
+        table = shipped_package_names()
+        wanted = tuple(dict.fromkeys(
+            n for n in (table.resolve(pm, g, os_info)
+                        for g in dict(plan.packages_generic).get(pm, ())) if n))
+    if not uses_preset(plan) and pm and wanted:
         old = next((s for s in plan.steps if s.operation == "hw_packages"), None)
-        step = install_step(pm, plan.packages_wanted, {}, old.why if old else "")
+        step = install_step(pm, wanted, {}, old.why if old else "")
         if step is not None:
             steps.insert(0, step)
     return dataclasses.replace(plan, steps=tuple(steps))
-
-
-def package_manager_of(plan: Plan) -> str:
-    from .facts import Facts
-
-    return package_manager(Facts(os=plan.os))
 
 
 def image_setup_script(plan: Plan) -> str:
@@ -81,11 +111,14 @@ def image_setup_script(plan: Plan) -> str:
 
     text = setup_script(image_plan(plan))
     head, _sep, rest = text.partition("\n")
+    sshd = any(s.operation == "hw_sshd" for s in plan.steps)
     return "\n".join([
         head,
         comment(_("For a Docker image: every package the recipes want is installed (none from "
                   "the\nplanning machine is assumed), and sshd is not started here: the image's "
-                  "CMD starts it.")),
+                  "CMD starts it.") if sshd else
+                _("For a Docker image: every package the recipes want is installed (none from "
+                  "the\nplanning machine is assumed).")),
         rest,
     ])
 
@@ -121,7 +154,9 @@ def _env_value(value: str) -> str:
 def dockerfile(plan: Plan) -> str:
     c, t = plan.choices, plan.target
     preset = uses_preset(plan)
-    image = plan.recommendation.preset.image if preset else base_image(plan.os)  # type: ignore[union-attr]
+    own = None if preset else framework_image(plan)
+    image = (plan.recommendation.preset.image if preset  # type: ignore[union-attr]
+             else own[0] if own else base_image(plan.os))
     sshd = any(s.recipe == "ssh" for s in plan.steps)
     out = [
         comment((_("Written by hpcwizard {version}: {framework} over {network}, job user "
@@ -141,6 +176,10 @@ def dockerfile(plan: Plan) -> str:
     if preset:
         out.append(comment(_("The preset provides the packages; the setup script configures "
                              "the rest.")))
+    elif own:
+        out.append(comment(_("The official PyTorch image, on {os}: its python3 imports torch.\n"
+                             "Edit the tag for another PyTorch or CUDA (the driver must "
+                             "support that CUDA).").format(os=own[1].pretty_name)))
     if not t.is_root:
         if not re.match(r"^[a-z_][a-z0-9_.-]{0,31}$", t.user) or not re.match(r"^/[A-Za-z0-9._/-]*$", t.home):
             raise BadInput(_("user {user!r} or home {home!r} cannot go into a Dockerfile").format(
