@@ -14,7 +14,11 @@ The setup script of the image differs from `export --format setup` of this machi
 ways, both said in its header: the packages step installs every package the recipes want
 (this machine may have some already; a fresh base image has none of them) and is left out
 when FROM is a preset image (which provides them), and sshd is not started during the build
-(CMD starts it in each container). `hpcwizard export --format dockerfile -o DIR/Dockerfile`
+(CMD starts it in each container). For MPI it also works under a mounted ~/.ssh (the MPI
+Operator's or Volcano's Secret, which hides the image's): the client settings go to
+/etc/ssh/ssh_config.d, the image's host key is pinned for the job's port in
+/etc/ssh/ssh_known_hosts, and a user's own sshd keeps its files in ~/.hpcwizard-sshd.
+`hpcwizard export --format dockerfile -o DIR/Dockerfile`
 writes the script beside the Dockerfile (companion_files).
 """
 from __future__ import annotations
@@ -25,12 +29,12 @@ import re
 from functools import lru_cache
 from typing import Dict, List, Tuple
 
-from . import __version__, recipes
+from . import __version__, ops, recipes
 from .compat import tomllib
 from .catalog import shipped_package_names
 from .facts import Facts, OsInfo
-from .plan import Plan, install_step, package_manager
-from .i18n import _, comment
+from .plan import Plan, Step, install_step, package_manager
+from .i18n import N_, _, comment, translations
 from .validate import BadInput
 
 SETUP_NAME = "hpcwizard-setup.sh"
@@ -85,11 +89,96 @@ def uses_preset(plan: Plan) -> bool:
                                        (plan.choices.mode == "auto" and rec.path == "preset"))
 
 
+# Where the image's ssh settings go that a mounted ~/.ssh cannot hide: the MPI Operator and
+# Volcano's ssh plugin mount a Secret (id_rsa, id_rsa.pub, authorized_keys) over the job
+# user's ~/.ssh, read-only. ssh reads the system-wide files whatever ~/.ssh holds; Debian's,
+# Ubuntu's and RHEL 8+'s /etc/ssh/ssh_config Include ssh_config.d/*.conf (hw_dropin writes a
+# block at the top of ssh_config where it does not).
+CLIENT_DROPIN = "/etc/ssh/ssh_config.d/00-hpcwizard.conf"
+GLOBAL_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
+# A user's own sshd keeps its host key and pid file beside ~/.ssh, as plan.py does where the
+# platform provides ~/.ssh: under the Secret, sshd could not read the one or write the other.
+USER_SSHD_DIR = ".hpcwizard-sshd"
+
+
+def image_pin_patterns(port: int) -> str:
+    """known_hosts' host field for every container of the image: the pods' names are not
+    known at build time, but their sshd listens on the plan's port and presents the image's
+    host key. On port 22 (every host's), only the names the operators give a job's pods
+    (<job>-launcher, <job>-worker-N, Volcano's <job>-master-N)."""
+    if port == 22:
+        return "*-launcher*,*-worker-*,*-master-*"
+    return f"[*]:{port}"
+
+
+def _moved_user_sshd(step: Step, home: str) -> Step:
+    """The step with the user sshd's host key and pid file in ~/.hpcwizard-sshd."""
+    old, new = f"{home}/.ssh/hpcwizard_host_ed25519_key", f"{home}/{USER_SSHD_DIR}/hpcwizard_host_ed25519_key"
+    pid_old, pid_new = f"{home}/.ssh/sshd.pid", f"{home}/{USER_SSHD_DIR}/sshd.pid"
+
+    def move(text: str) -> str:
+        return text.replace(old, new).replace(pid_old, pid_new)
+
+    return dataclasses.replace(
+        step, title=move(step.title), check=move(step.check), run=move(step.run),
+        undo=move(step.undo), note=move(step.note),
+        i18n={lang: {k: move(v) for k, v in texts.items()} for lang, texts in step.i18n.items()})
+
+
+def image_ssh_steps(plan: Plan) -> List[Step]:
+    """The client settings and the pinned host key, system-wide (see CLIENT_DROPIN)."""
+    c, t = plan.choices, plan.target
+    key = ("/etc/ssh/ssh_host_ed25519_key" if t.is_root
+           else f"{t.home}/{USER_SSHD_DIR}/hpcwizard_host_ed25519_key")
+    head = ("# Written by hpcwizard: ssh between the containers of this image, where a mounted "
+            "~/.ssh\n# (the MPI Operator's or Volcano's Secret) hides ~/.ssh/config and "
+            "known_hosts.\n")
+    steps: List[Step] = []
+    if c.host_keys == "off":
+        content = head + ("# --host-keys off: no host key is checked (as mpi-operator's own "
+                          "base image).\nHost *\n    StrictHostKeyChecking no\n"
+                          "    UserKnownHostsFile /dev/null\n    CheckHostIP no\n"
+                          "    LogLevel ERROR\n")
+    else:
+        content = head + (f"# Their host key is this image's, pinned for port {c.ssh_port} in "
+                          f"{GLOBAL_KNOWN_HOSTS}.\n# CheckHostIP no: no pod address goes into "
+                          "a known_hosts.\nHost *\n    CheckHostIP no\n")
+        pin = ops.block_call(GLOBAL_KNOWN_HOSTS, "", "0644", content_cmd=(
+            f"printf '%s %s\\n' '{image_pin_patterns(c.ssh_port)}' "
+            f"\"$(cut -d' ' -f1,2 {key}.pub)\""))
+        steps.append(_root_step("ssh/image-known-hosts", "block", pin, N_(
+            "Pin this image's host key for port {port}, system-wide"), N_(
+            "Every container of this image presents this host key on the port; {file} is "
+            "read whatever ~/.ssh holds."), port=c.ssh_port, file=GLOBAL_KNOWN_HOSTS))
+    call = ops.dropin_call(CLIENT_DROPIN, "/etc/ssh/ssh_config", "", content, "0644")
+    steps.append(_root_step("ssh/image-client-config", "dropin", call, N_(
+        "SSH client settings system-wide, outside ~/.ssh"), N_(
+        "{file}, which /etc/ssh/ssh_config Includes (else a block at its top)."),
+        file=CLIENT_DROPIN))
+    return steps
+
+
+def _root_step(step_id: str, kind: str, call: str, title: str, note: str, **values) -> Step:
+    """A step of the image's own, its texts English with each language's beside them."""
+    zh = translations("zh")
+    return Step(id=step_id, recipe="ssh", as_="root", kind=kind, title=title.format(**values),
+                check=ops.checked(call), run=call, undo=ops.undo_call(call),
+                note=note.format(**values),
+                i18n={"zh": {"title": zh.gettext(title).format(**values),
+                             "note": zh.gettext(note).format(**values)}})
+
+
 def image_plan(plan: Plan) -> Plan:
     """The plan as a fresh image needs it (see the module's docstring)."""
     # by what a step does, not by its name: no sshd is started in a build (the image's CMD
     # starts it), and the packages are planned afresh for an image built from scratch
     steps = [s for s in plan.steps if s.operation not in ("hw_packages", "hw_sshd")]
+    ssh = [i for i, s in enumerate(steps) if s.recipe == "ssh"]
+    if ssh:
+        if not plan.target.is_root:
+            steps = [_moved_user_sshd(s, plan.target.home) if s.recipe == "ssh" else s
+                     for s in steps]
+        steps[ssh[-1] + 1:ssh[-1] + 1] = image_ssh_steps(plan)
     os_info = image_os(plan)
     pm = package_manager(Facts(os=os_info))
     wanted = plan.packages_wanted
