@@ -225,6 +225,25 @@ def test_pytorchjob_master_and_worker_with_nccl_env_and_ib_resources():
     assert "rdma" not in json.dumps(tcp) and "IPC_LOCK" not in json.dumps(tcp)
 
 
+@pytest.mark.parametrize("name", ["pytorch-ib", "pytorch-tcp"])
+def test_trainjob_patches_the_runtime_with_ipc_lock_and_shm(name):
+    """The torch-distributed runtime's pod template (kubeflow/trainer
+    manifests/base/runtimes/torch_distributed.yaml) has neither IPC_LOCK nor a memory-backed
+    /dev/shm: the TrainJob adds them to its node container through runtimePatches."""
+    _plan, text, data = manifest(name, "trainjob")
+    (patch,) = data["spec"]["runtimePatches"]
+    (rj,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    assert rj["name"] == "node"
+    pod = rj["template"]["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert c["name"] == "node"
+    assert c["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
+    assert pod["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    caps = c.get("securityContext", {}).get("capabilities", {}).get("add", [])
+    assert caps == (["IPC_LOCK"] if name.endswith("-ib") else [])
+    assert "come from the runtime's pod template" not in text
+
+
 def test_frameworks_that_do_not_fit_a_format_are_refused():
     with pytest.raises(BadInput, match="MPIJob runs MPI"):
         render_export(plan_of("pytorch", "tcp"), "mpijob")
