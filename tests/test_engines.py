@@ -118,6 +118,36 @@ def test_export_matches_golden(name, fmt):
         "HPCWIZARD_UPDATE_GOLDEN=1 and review the diff")
 
 
+def test_pytorch_exports_carry_no_ssh_settings():
+    """PyTorch has no SSH: no export of it names an SSH port (MPI's do)."""
+    for net in ("tcp", "ib"):
+        plan = plan_of("pytorch", net)
+        for fmt in FOR["pytorch"] + ("setup", "launch", "dockerfile"):
+            assert "ssh_port" not in render_export(plan, fmt), (net, fmt)
+    for fmt in FOR["mpi"] + ("setup", "launch"):
+        assert "ssh_port=2222" in render_export(plan_of("mpi", "tcp"), fmt), fmt
+
+
+@pytest.mark.parametrize("name", ["mpi-tcp", "pytorch-ib"])
+def test_sbatch_edit_note_names_only_lines_that_are_there(name):
+    """'Edit: ... below' names #SBATCH lines the file has."""
+    text = render_export(plan_of(*PLANS[name]), "sbatch")
+    lines = text.splitlines()
+    start = next(i for i, l in enumerate(lines) if l.startswith("# Edit: --nodes"))
+    note = " ".join(l[2:] for l in lines[start:start + 3])
+    below = note.split(" below", 1)[0]
+    opts = re.findall(r"--[a-z][a-z-]*", below)
+    assert opts
+    for opt in opts:
+        assert f"#SBATCH {opt}=" in text, opt
+
+
+def test_the_torch_check_note_fits_every_network():
+    for net in ("tcp", "ib"):
+        step = next(s for s in plan_of("pytorch", net).steps if s.id == "pytorch/torch-check")
+        assert "TCP" not in step.note and "TCP" not in step.i18n["zh"]["note"], net
+
+
 def test_the_same_plan_gives_the_same_text():
     for name, fmt in CASES:
         assert render_export(plan_of(*PLANS[name]), fmt) == render_export(plan_of(*PLANS[name]), fmt)

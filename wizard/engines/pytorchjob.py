@@ -112,11 +112,11 @@ def _node_patch(job: EngineJob) -> Dict[str, Any]:
 
 def pytorchjob_manifest(plan: Plan) -> str:
     job = _torch_job(plan)
-    return dump(pytorchjob_doc(job), header(job, "a Kubeflow PyTorchJob (kubeflow.org/v1)",
+    return dump(pytorchjob_doc(job), header(job, _("a Kubeflow PyTorchJob (kubeflow.org/v1)"),
                                             "pytorchjob"))
 
 
 def trainjob_manifest(plan: Plan) -> str:
     job = _torch_job(plan)
     return dump(trainjob_doc(job), header(
-        job, "a Kubeflow TrainJob (trainer.kubeflow.org/v1alpha1)", "trainjob"))
+        job, _("a Kubeflow TrainJob (trainer.kubeflow.org/v1alpha1)"), "trainjob"))
