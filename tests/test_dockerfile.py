@@ -4,6 +4,7 @@ that starts sshd in the right mode; every variant passes hadolint with no errors
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -256,7 +257,7 @@ def test_image_user_sshd_keeps_its_files_outside_the_mounted_ssh_dir(monkeypatch
     # this machine's plan (no mounted ~/.ssh here) is unchanged
     here = next(s for s in p.steps if s.id == "ssh/sshd-config")
     assert "HostKey /home/batchcom/.ssh/hpcwizard_host_ed25519_key" in here.run
-    sshd = shutil.which("sshd") or ("/usr/sbin/sshd" if shutil.os.path.exists("/usr/sbin/sshd")
+    sshd = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd")
                                     else None)
     if sshd is None:
         pytest.skip("no sshd here to read the configuration")
