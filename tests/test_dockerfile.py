@@ -4,6 +4,8 @@ that starts sshd in the right mode; every variant passes hadolint with no errors
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 
@@ -100,6 +102,29 @@ def test_pytorch_needs_no_ssh_server(net):
     assert "sshd" not in text
 
 
+PYTORCH_TAG = re.compile(r"^pytorch/pytorch:[0-9]+\.[0-9]+\.[0-9]+-cuda[0-9]+\.[0-9]+-cudnn[0-9]+-runtime$")
+
+
+@pytest.mark.parametrize("tree", list(OS_TREES))
+@pytest.mark.parametrize("net", ["tcp", "ib"])
+def test_pytorch_image_starts_from_an_image_that_has_torch(tree, net):
+    """The setup script checks that python3 imports torch: a bare OS image has neither, so
+    the build would always fail; the official PyTorch image (Ubuntu 22.04) has both, and the
+    packages are those of its release and package manager, wherever the plan was made."""
+    p = plan_for(tree, framework="pytorch", network=net)
+    (image,) = [l[5:] for l in lines(dockerfile(p), "FROM")]
+    assert PYTORCH_TAG.match(image), image
+    script = companion_files(p)["hpcwizard-setup.sh"]
+    assert "python3 -c 'import torch'" in script  # what the base must satisfy
+    on_ubuntu = plan_for("ubuntu2204", framework="pytorch", network=net)
+    steps = image_plan(p).steps
+    pk = [s for s in steps if s.operation == "hw_packages"]
+    assert [s.packages for s in pk] == ([on_ubuntu.packages_wanted] if on_ubuntu.packages_wanted
+                                        else [])
+    assert all(s.run.startswith("hw_packages apt ") for s in pk)
+    assert "the image's CMD starts it" not in script  # no CMD, no sshd in a PyTorch image
+
+
 def test_image_script_installs_every_package_and_does_not_start_sshd(tmp_path):
     # this machine has openssh already; a fresh image does not
     f = make_facts("ubuntu2204", packages={"openssh-server": "1", "openssh-client": "1"})
@@ -153,3 +178,96 @@ def test_cli_export_writes_dockerfile_and_setup_script(tmp_path, monkeypatch, ca
     script = (tmp_path / "ctx" / "hpcwizard-setup.sh").read_text()
     assert "hw_packages dnf " in script and "rdma-core" in script
     assert "wrote" in capsys.readouterr().out
+
+
+# --- the image under a mounted ~/.ssh (MPIJob's, Volcano's Secret) --------------------------
+
+POD = "hpcwizard-job-worker-0.hpcwizard-job.default.svc"  # mpi-operator's hostfile name
+
+
+def _heredoc(call: str) -> str:
+    return call.split("<<'EOF'\n", 1)[1].rsplit("\nEOF", 1)[0] + "\n"
+
+
+def _run_op(call: str, root, tmp_path) -> subprocess.CompletedProcess:
+    """The step's call with /etc/ssh moved under root (the real operation, not its text)."""
+    from hpcwizard import ops
+
+    text = call.replace("/etc/ssh/", f"{root}/etc/ssh/")
+    return subprocess.run(["bash", "-euo", "pipefail", "-c", ops.runnable(text)],
+                          capture_output=True, text=True, cwd=tmp_path)
+
+
+@pytest.mark.parametrize("keys", ["pinned", "off"])
+def test_image_client_settings_are_outside_the_mounted_ssh_dir(keys, tmp_path):
+    """mpi-operator mounts id_rsa, id_rsa.pub and authorized_keys over ~/.ssh: the client
+    settings and the pinned host key live where ssh reads them whatever ~/.ssh holds."""
+    p = plan_for(framework="mpi", network="tcp", ssh_port=2345, host_keys=keys)
+    steps = {s.id: s for s in image_plan(p).steps}
+    dropin = steps["ssh/image-client-config"]
+    assert dropin.as_ == "root" and "/etc/ssh/ssh_config.d/00-hpcwizard.conf" in dropin.run
+    conf = tmp_path / "client.conf"
+    conf.write_text(_heredoc(dropin.run))
+    got = subprocess.run(["ssh", "-G", "-F", str(conf), "-p", "2345", POD],
+                         capture_output=True, text=True, check=True,
+                         stdin=subprocess.DEVNULL).stdout.splitlines()
+    assert "checkhostip no" in got
+    if keys == "off":
+        assert "stricthostkeychecking false" in got and "userknownhostsfile /dev/null" in got
+        assert "ssh/image-known-hosts" not in steps
+        return
+    # host keys are checked, against the system-wide file among others
+    assert "stricthostkeychecking false" not in got
+    assert "globalknownhostsfile /etc/ssh/ssh_known_hosts /etc/ssh/ssh_known_hosts2" in got
+    # the pin, made by the real operation with a stand-in for the image's host key
+    root = tmp_path / "root"
+    (root / "etc" / "ssh").mkdir(parents=True)
+    key = root / "etc" / "ssh" / "ssh_host_ed25519_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    res = _run_op(steps["ssh/image-known-hosts"].run, root, tmp_path)
+    assert res.returncode == 0, res.stderr
+    known = root / "etc" / "ssh" / "ssh_known_hosts"
+    found = subprocess.run(["ssh-keygen", "-F", f"[{POD}]:2345", "-f", str(known)],
+                           capture_output=True, text=True)
+    assert found.returncode == 0 and key.with_suffix(".pub").read_text().split()[1] in found.stdout
+    # only on the job's port: another host on 22 keeps its own key
+    assert subprocess.run(["ssh-keygen", "-F", "github.com", "-f", str(known)],
+                          capture_output=True).returncode == 1
+
+
+def test_image_pin_on_port_22_only_names_the_operators_pods():
+    from hpcwizard.dockerfile import image_pin_patterns
+
+    assert image_pin_patterns(2222) == "[*]:2222"
+    assert "*" not in image_pin_patterns(22).split(",")
+
+
+def test_image_user_sshd_keeps_its_files_outside_the_mounted_ssh_dir(monkeypatch, tmp_path):
+    """Under the read-only Secret sshd can neither read a HostKey nor write a PidFile in
+    ~/.ssh: the image's user sshd has both in ~/.hpcwizard-sshd."""
+    patch_users(monkeypatch, fake_passwd("batchcom", 1001, "/home/batchcom"))
+    p = plan_for(framework="mpi", network="tcp", user="batchcom")
+    steps = {s.id: s for s in image_plan(p).steps}
+    config = _heredoc(steps["ssh/sshd-config"].run)
+    want = {"HostKey /home/batchcom/.hpcwizard-sshd/hpcwizard_host_ed25519_key",
+            "PidFile /home/batchcom/.hpcwizard-sshd/sshd.pid"}
+    assert want <= set(config.splitlines())
+    assert "/home/batchcom/.hpcwizard-sshd/hpcwizard_host_ed25519_key" in steps["ssh/host-keys"].run
+    assert ".hpcwizard-sshd/hpcwizard_host_ed25519_key.pub" in steps["ssh/image-known-hosts"].run
+    # this machine's plan (no mounted ~/.ssh here) is unchanged
+    here = next(s for s in p.steps if s.id == "ssh/sshd-config")
+    assert "HostKey /home/batchcom/.ssh/hpcwizard_host_ed25519_key" in here.run
+    sshd = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd")
+                                    else None)
+    if sshd is None:
+        pytest.skip("no sshd here to read the configuration")
+    key = tmp_path / "hk"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    f = tmp_path / "sshd_config"
+    f.write_text(config.replace("/home/batchcom/.hpcwizard-sshd/hpcwizard_host_ed25519_key",
+                                str(key)))
+    res = subprocess.run([sshd, "-T", "-f", str(f)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    eff = res.stdout.splitlines()
+    assert f"hostkey {key}" in eff and "pidfile /home/batchcom/.hpcwizard-sshd/sshd.pid" in eff
+    assert not [l for l in eff if l.startswith(("hostkey", "pidfile")) and "/.ssh/" in l]

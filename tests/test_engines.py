@@ -118,6 +118,36 @@ def test_export_matches_golden(name, fmt):
         "HPCWIZARD_UPDATE_GOLDEN=1 and review the diff")
 
 
+def test_pytorch_exports_carry_no_ssh_settings():
+    """PyTorch has no SSH: no export of it names an SSH port (MPI's do)."""
+    for net in ("tcp", "ib"):
+        plan = plan_of("pytorch", net)
+        for fmt in FOR["pytorch"] + ("setup", "launch", "dockerfile"):
+            assert "ssh_port" not in render_export(plan, fmt), (net, fmt)
+    for fmt in FOR["mpi"] + ("setup", "launch"):
+        assert "ssh_port=2222" in render_export(plan_of("mpi", "tcp"), fmt), fmt
+
+
+@pytest.mark.parametrize("name", ["mpi-tcp", "pytorch-ib"])
+def test_sbatch_edit_note_names_only_lines_that_are_there(name):
+    """'Edit: ... below' names #SBATCH lines the file has."""
+    text = render_export(plan_of(*PLANS[name]), "sbatch")
+    lines = text.splitlines()
+    start = next(i for i, l in enumerate(lines) if l.startswith("# Edit: --nodes"))
+    note = " ".join(l[2:] for l in lines[start:start + 3])
+    below = note.split(" below", 1)[0]
+    opts = re.findall(r"--[a-z][a-z-]*", below)
+    assert opts
+    for opt in opts:
+        assert f"#SBATCH {opt}=" in text, opt
+
+
+def test_the_torch_check_note_fits_every_network():
+    for net in ("tcp", "ib"):
+        step = next(s for s in plan_of("pytorch", net).steps if s.id == "pytorch/torch-check")
+        assert "TCP" not in step.note and "TCP" not in step.i18n["zh"]["note"], net
+
+
 def test_the_same_plan_gives_the_same_text():
     for name, fmt in CASES:
         assert render_export(plan_of(*PLANS[name]), fmt) == render_export(plan_of(*PLANS[name]), fmt)
@@ -223,6 +253,25 @@ def test_pytorchjob_master_and_worker_with_nccl_env_and_ib_resources():
     assert dict(plan.launch_env)["NCCL_IB_DISABLE"] == "0"
     _plan, _text, tcp = manifest("pytorch-tcp", "pytorchjob")
     assert "rdma" not in json.dumps(tcp) and "IPC_LOCK" not in json.dumps(tcp)
+
+
+@pytest.mark.parametrize("name", ["pytorch-ib", "pytorch-tcp"])
+def test_trainjob_patches_the_runtime_with_ipc_lock_and_shm(name):
+    """The torch-distributed runtime's pod template (kubeflow/trainer
+    manifests/base/runtimes/torch_distributed.yaml) has neither IPC_LOCK nor a memory-backed
+    /dev/shm: the TrainJob adds them to its node container through runtimePatches."""
+    _plan, text, data = manifest(name, "trainjob")
+    (patch,) = data["spec"]["runtimePatches"]
+    (rj,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    assert rj["name"] == "node"
+    pod = rj["template"]["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert c["name"] == "node"
+    assert c["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
+    assert pod["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    caps = c.get("securityContext", {}).get("capabilities", {}).get("add", [])
+    assert caps == (["IPC_LOCK"] if name.endswith("-ib") else [])
+    assert "come from the runtime's pod template" not in text
 
 
 def test_frameworks_that_do_not_fit_a_format_are_refused():

@@ -53,3 +53,40 @@ def test_a_write_the_file_system_refuses_is_one_line(tmp_path, capsys, monkeypat
                                            "-o", str(tmp_path / "job.sbatch")])
     assert "Permission denied" in err and str(tmp_path / "job.sbatch") in err
     assert not Path(tmp_path / "job.sbatch").exists()
+
+
+@pytest.mark.parametrize("force", [[], ["--force"]])
+def test_the_named_file_cannot_be_its_own_companion(tmp_path, capsys, monkeypatch, force):
+    """-o hpcwizard-setup.sh: the Dockerfile would be written over its own setup script (and
+    COPY itself); refused before anything is written, with --force too."""
+    monkeypatch.chdir(tmp_path)
+    err = one_line_refusal(capsys, ARGV + ["--format", "dockerfile", "-o", SETUP_NAME] + force)
+    assert SETUP_NAME in err and "another name" in err
+    assert os.listdir(tmp_path) == []
+    one_line_refusal(capsys, ARGV + ["--format", "dockerfile", "-o",
+                                     str(tmp_path / "." / SETUP_NAME)] + force)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("fmt,name", [("setup", "x" * 300 + ".sh"), ("dockerfile", "x" * 300)])
+def test_a_name_too_long_is_one_line_and_writes_nothing(tmp_path, capsys, fmt, name):
+    err = one_line_refusal(capsys, ARGV + ["--format", fmt, "-o", str(tmp_path / name)])
+    assert "too long" in err
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_failed_named_file_takes_back_the_companion_it_made(tmp_path, capsys, monkeypatch):
+    """The companions are written first: when the named file then fails, the new companion
+    goes too (nothing is left of an export that was refused)."""
+    from hpcwizard import record
+
+    real = record.write_private
+
+    def fail_on_dockerfile(path, *a, **k):
+        if Path(path).name == "Dockerfile":
+            raise PermissionError(13, "Permission denied")
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(record, "write_private", fail_on_dockerfile)
+    one_line_refusal(capsys, ARGV + ["--format", "dockerfile", "-o", str(tmp_path / "Dockerfile")])
+    assert os.listdir(tmp_path) == []

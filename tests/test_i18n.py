@@ -370,3 +370,23 @@ def test_importing_loads_no_catalogue():
 def test_clip_cuts_to_terminal_cells_never_halving_a_wide_character(text, cells, clipped):
     assert i18n.clip(text, cells) == clipped
     assert i18n.width(i18n.clip(text, cells)) <= cells
+
+
+@pytest.mark.parametrize("fmt,framework", [("mpijob", "mpi"), ("volcano", "mpi"),
+                                           ("pytorchjob", "pytorch"), ("trainjob", "pytorch")])
+def test_kubernetes_headers_name_the_engine_in_chinese(fmt, framework):
+    """The engine's name goes into the header translated, not as English inside Chinese."""
+    i18n.set_language("zh")
+    first = render_export(_plan(framework=framework, network="tcp", mode="manual"),
+                          fmt).splitlines()[0]
+    assert "生成" in first and not re.search(r"\ba (Kubeflow|Volcano)\b", first), first
+
+
+def test_plan_header_says_the_host_keys_setting_in_chinese():
+    from hpcwizard.report import format_plan
+
+    i18n.set_language("zh")
+    line = format_plan(_plan(framework="mpi", network="tcp", mode="manual")).splitlines()[1]
+    assert "已固定" in line and "pinned" not in line, line
+    off = format_plan(_plan(framework="mpi", network="tcp", mode="manual", host_keys="off"))
+    assert "off" not in off.splitlines()[1]

@@ -66,8 +66,9 @@ def setup_script(plan: Plan) -> str:
         "#!/usr/bin/env bash",
         comment(_("Written by hpcwizard {version}: the same steps as 'hpcwizard apply', as one "
                   "script.").format(version=__version__)),
-        f"# framework={c.framework} network={c.network} user={plan.target.user} "
-        f"ssh_port={c.ssh_port} host_keys={c.host_keys} peers={c.peers}",
+        f"# framework={c.framework} network={c.network} user={plan.target.user}"
+        + (f" ssh_port={c.ssh_port} host_keys={c.host_keys} peers={c.peers}"
+           if c.framework == "mpi" else ""),  # PyTorch gets no SSH settings
         comment(_("planned on: {os}").format(os=plan.os_label)),
         comment(_("Run as root, or as a user with passwordless sudo.")),
         comment(_("  bash setup.sh          apply (steps already done are skipped)")),

@@ -404,8 +404,9 @@ def launch_script(plan: Plan) -> str:
                   "command on every instance of the job:").format(version=__version__)),
         "#   bash launch.sh [--hosts a,b,c | --hostfile FILE] [--] PROGRAM [ARGS...]",
         "#   bash launch.sh -- python train.py --lr 0.1",
-        f"# framework={c.framework} network={c.network} ssh_port={c.ssh_port} "
-        f"user={plan.target.user}",
+        f"# framework={c.framework} network={c.network}"
+        + (f" ssh_port={c.ssh_port}" if c.framework == "mpi" else "")  # PyTorch has no SSH
+        + f" user={plan.target.user}",
     ]
     if rec.path == "preset" and rec.preset is not None:
         out.append(comment(_("For the preset image {image}: sshd is started as whoever runs "

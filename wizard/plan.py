@@ -91,6 +91,9 @@ class Plan:
     # recipes want, installed here or not (an image built from scratch needs them all).
     os: OsInfo = field(default_factory=OsInfo)
     packages_wanted: Tuple[str, ...] = ()
+    # The same packages by the recipes' generic names, per package manager: an image FROM
+    # another distribution (the PyTorch image's Ubuntu) resolves them for its own release.
+    packages_generic: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()
 
     @property
     def needs_root(self) -> bool:
@@ -659,8 +662,10 @@ def build_plan(facts: Facts, choices: Choices, catalog: Catalog,
     rec = recommend(facts, choices, preset, steps_t, any(r.packages for r in recipes), wanted)
     label = facts.os.pretty_name or f"{facts.os.id} {facts.os.version_id}".strip()
     env, mpi_args = launch_settings(facts, choices)
+    generic = tuple((m, wanted_packages(m, recipes)) for m in ("apt", "dnf", "yum"))
     return Plan(choices, target, rec, steps_t, tuple(warnings), label, env, mpi_args,
-                os=facts.os, packages_wanted=wanted)
+                os=facts.os, packages_wanted=wanted,
+                packages_generic=tuple((m, g) for m, g in generic if g))
 
 
 # --- what a job launched here needs ---------------------------------------------------------

@@ -30,6 +30,8 @@ def format_recommendation(plan: Plan) -> str:
 
 # The operations whose change is a file's: their diff is shown before anything runs.
 FILE_OPERATIONS = ("hw_file", "hw_block", "hw_dropin", "hw_sshd_config")
+# --host-keys, as the plan's header says it (the option's values stay English elsewhere)
+HOST_KEYS = {"pinned": N_("pinned"), "off": N_("off (not checked)")}
 
 
 
@@ -42,9 +44,12 @@ def format_plan(plan: Plan, brief: bool = False, diffs: Optional[Mapping[str, st
         _("hpcwizard plan: {framework} over {network} on {os}").format(
             framework=c.framework, network=c.network.upper(),
             os=plan.os_label or _("unknown OS")),
-        _("  job user {user} (home {home}), SSH port {port}, host keys {host_keys}").format(
+        (_("  job user {user} (home {home}), SSH port {port}, host keys {host_keys}").format(
             user=plan.target.user, home=plan.target.home, port=c.ssh_port,
-            host_keys=c.host_keys),
+            host_keys=_(HOST_KEYS.get(c.host_keys, c.host_keys)))
+         if c.framework == "mpi" else
+         _("  job user {user} (home {home})").format(user=plan.target.user,
+                                                     home=plan.target.home)),
         "",
         format_recommendation(plan),
     ]

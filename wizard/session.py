@@ -306,6 +306,14 @@ def export_files(plan: Any, fmt: str, path: Path) -> List[ExportFile]:
 
 
 def _check_target(path: Path) -> None:
+    try:
+        _check_target_os(path)
+    except OSError as exc:  # a name too long for the file system, a denied directory
+        raise BadInput(_("could not write {path}: {error}").format(
+            path=path, error=exc.strerror or exc)) from None
+
+
+def _check_target_os(path: Path) -> None:
     if path.is_dir():
         raise BadInput(_("{path} is a directory: give a file name").format(path=path))
     if os.path.lexists(path) and not (stat.S_ISREG(os.lstat(path).st_mode)
@@ -342,6 +350,10 @@ def write_export(plan: Any, fmt: str, path: Path,
     files = export_files(plan, fmt, path)
     for f in files[1:]:  # a companion's name is refused as the named file's would be
         _check_target(f.path)
+        if os.path.normpath(os.path.abspath(f.path)) == os.path.normpath(os.path.abspath(path)):
+            # the export would be its own companion (a Dockerfile that COPYs itself)
+            raise BadInput(_("{path} is the name of the file this export writes beside it: "
+                             "give the export another name").format(path=path))
     taken = [f.path for f in files if os.path.lexists(f.path) and not _same(f.path, f.text)]
     if force is True:
         may_replace = {f.path for f in files}
@@ -352,15 +364,30 @@ def write_export(plan: Any, fmt: str, path: Path,
             raise ExportExists(refused)
         may_replace = set(taken) | {f.path for f in files if _same(f.path, f.text)}
     # the companions first: the named file appears only with its build context
+    made: List[Path] = []  # new files of this call: a later failure takes them back
     for f in files[1:] + files[:1]:
+        new = not os.path.lexists(f.path)
         try:
             # a file nobody agreed to replace is created, never replaced: one that appeared
             # since the look above is refused
             write_private(f.path, f.text.encode("utf-8"), mode=f.mode,
                           exclusive=f.path not in may_replace)
         except FileExistsError:
+            _take_back(made)
             raise ExportExists([f.path]) from None
         except OSError as exc:  # a read-only or special file system: one line, not a traceback
+            _take_back(made)
             raise BadInput(_("could not write {path}: {error}").format(
                 path=f.path, error=exc.strerror or exc)) from None
+        if new:
+            made.append(f.path)
     return [f.path for f in files]
+
+
+def _take_back(made: List[Path]) -> None:
+    """Remove the files this export created before it failed (none it replaced)."""
+    for p in made:
+        try:
+            os.unlink(p)
+        except OSError:
+            pass

@@ -29,7 +29,8 @@ def header(job: EngineJob, what: str, kind: str) -> str:
           "and\nthe program."),
         _("It carries no key material: the operator makes the job's SSH keys.") if job.mpi
         else _("It carries no key material."),
-        f"framework={job.framework} network={job.network} ssh_port={job.port}",
+        f"framework={job.framework} network={job.network}"
+        + (f" ssh_port={job.port}" if job.mpi else ""),  # PyTorch has no SSH
     ]
     return "\n".join(lines)
 

@@ -73,5 +73,5 @@ def mpijob_manifest(plan: Plan) -> str:
         from ..validate import BadInput
         raise BadInput(_("an MPIJob runs MPI: use --framework mpi, or --format pytorchjob for "
                          "PyTorch"))
-    return dump(mpijob_doc(job), header(job, "a Kubeflow MPIJob (kubeflow.org/v2beta1)",
+    return dump(mpijob_doc(job), header(job, _("a Kubeflow MPIJob (kubeflow.org/v2beta1)"),
                                         "mpijob"))

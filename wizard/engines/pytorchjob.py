@@ -12,7 +12,8 @@ from typing import Any, Dict
 from ..i18n import _
 from ..plan import Plan
 from .job import EngineJob, job_of
-from .kubernetes import RDMA_RESOURCE, container, env_list, header, image_note, pod_spec
+from .kubernetes import (RDMA_RESOURCE, SHM_VOLUME, container, env_list, header, image_note,
+                         pod_spec, security, wants_shm)
 from .yamltext import Note, dump
 
 PROGRAM = ["torchrun", "train.py"]
@@ -67,27 +68,55 @@ def trainjob_doc(job: EngineJob) -> Dict[str, Any]:
     if job.ib:
         trainer["resourcesPerNode"] = Note({"limits": {RDMA_RESOURCE: 1}}, _(
             "Edit: the resources of each node (the RDMA device plugin's {resource}, "
-            "nvidia.com/gpu).\nIPC_LOCK and a memory-backed /dev/shm come from the runtime's "
-            "pod template.").format(resource=RDMA_RESOURCE))
+            "nvidia.com/gpu).").format(resource=RDMA_RESOURCE))
+    spec: Dict[str, Any] = {
+        "runtimeRef": Note({"name": "torch-distributed"}, _(
+            "The Trainer's PyTorch runtime (kubectl get clustertrainingruntimes).")),
+        "trainer": trainer,
+    }
+    patch = _node_patch(job)
+    if patch:
+        spec["runtimePatches"] = Note([patch], _(
+            "What the torch-distributed runtime's pod template lacks, added to its node "
+            "container:\na memory-backed /dev/shm and, for InfiniBand, IPC_LOCK."))
     return {
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": "TrainJob",
         "metadata": {"name": job.name},
-        "spec": {
-            "runtimeRef": Note({"name": "torch-distributed"}, _(
-                "The Trainer's PyTorch runtime (kubectl get clustertrainingruntimes).")),
-            "trainer": trainer,
-        },
+        "spec": spec,
     }
+
+
+# The replicated job and the container the torch-distributed runtime runs torchrun in
+# (kubeflow/trainer manifests/base/runtimes/torch_distributed.yaml): both named node.
+RUNTIME_NODE = "node"
+
+
+def _node_patch(job: EngineJob) -> Dict[str, Any]:
+    """A runtimePatches entry (Trainer v2.3) giving the runtime's node container what the
+    PyTorchJob's container gets: the job user's uid, IPC_LOCK (RDMA), /dev/shm in memory."""
+    c: Dict[str, Any] = {"name": RUNTIME_NODE}
+    ctx = security(job, runs_ranks=True)
+    if ctx:
+        c["securityContext"] = ctx
+    pod: Dict[str, Any] = {"containers": [c]}
+    if wants_shm(job):
+        c["volumeMounts"] = [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
+        pod["volumes"] = [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}}]
+    if len(c) == 1:
+        return {}
+    return {"manager": "hpcwizard", "trainingRuntimeSpec": {"template": {"spec": {
+        "replicatedJobs": [{"name": RUNTIME_NODE, "template": {"spec": {"template": {
+            "spec": pod}}}}]}}}}
 
 
 def pytorchjob_manifest(plan: Plan) -> str:
     job = _torch_job(plan)
-    return dump(pytorchjob_doc(job), header(job, "a Kubeflow PyTorchJob (kubeflow.org/v1)",
+    return dump(pytorchjob_doc(job), header(job, _("a Kubeflow PyTorchJob (kubeflow.org/v1)"),
                                             "pytorchjob"))
 
 
 def trainjob_manifest(plan: Plan) -> str:
     job = _torch_job(plan)
     return dump(trainjob_doc(job), header(
-        job, "a Kubeflow TrainJob (trainer.kubeflow.org/v1alpha1)", "trainjob"))
+        job, _("a Kubeflow TrainJob (trainer.kubeflow.org/v1alpha1)"), "trainjob"))

@@ -71,14 +71,15 @@ def _header(job: EngineJob) -> List[str]:
         ("#   sbatch job.sbatch ./my_mpi_program ARGS" if job.mpi
          else "#   sbatch job.sbatch train.py --lr 0.1"),
         "#   sbatch --nodes=4 job.sbatch ...",
-        comment(_("Edit: --nodes (instances), --ntasks-per-node (ranks per node), --time and "
-                  "--partition\nbelow, or give them to sbatch (its command line wins); the "
-                  "environment below.")),
+        comment(_("Edit: --nodes (instances) and --ntasks-per-node (ranks per node) below, "
+                  "and add\n--time and --partition as your cluster wants, or give them to "
+                  "sbatch (its command line\nwins); the environment below.")),
     ]
     if not job.mpi:
         out.append(comment(_("PyTorch: one task a node (torchrun starts the processes): set "
                              "NPROC_PER_NODE, or\nask for GPUs with --gpus-per-node=N.")))
-    out.append(f"# framework={job.framework} network={job.network} ssh_port={job.port}")
+    out.append(f"# framework={job.framework} network={job.network}"
+               + (f" ssh_port={job.port}" if job.mpi else ""))  # PyTorch has no SSH
     out += [
         f"#SBATCH --job-name={job.name}",
         f"#SBATCH --nodes={job.nodes}",

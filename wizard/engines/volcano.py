@@ -87,5 +87,5 @@ def volcano_doc(job: EngineJob) -> Dict[str, Any]:
 
 def volcano_manifest(plan: Plan) -> str:
     job = job_of(plan)
-    return dump(volcano_doc(job), header(job, "a Volcano Job (batch.volcano.sh/v1alpha1)",
+    return dump(volcano_doc(job), header(job, _("a Volcano Job (batch.volcano.sh/v1alpha1)"),
                                          "vcjob"))
