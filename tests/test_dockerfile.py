@@ -194,8 +194,10 @@ def _run_op(call: str, root, tmp_path) -> subprocess.CompletedProcess:
     from hpcwizard import ops
 
     text = call.replace("/etc/ssh/", f"{root}/etc/ssh/")
+    # its undo notes in the test's own directory, not root's /var/lib/hpcwizard/ops
+    env = dict(os.environ, HW_STATE=str(tmp_path / "ops-state"))
     return subprocess.run(["bash", "-euo", "pipefail", "-c", ops.runnable(text)],
-                          capture_output=True, text=True, cwd=tmp_path)
+                          capture_output=True, text=True, cwd=tmp_path, env=env)
 
 
 @pytest.mark.parametrize("keys", ["pinned", "off"])
