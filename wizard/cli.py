@@ -22,7 +22,9 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line and exit status 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise BadInput(message)
+        from .argparse_i18n import error_text
+
+        raise BadInput(error_text(message))
 
 
 def _add_choices(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -152,7 +154,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         if not [a for i, a in enumerate(argv) if not (
                 a == "--lang" or a.startswith("--lang=") or (i and argv[i - 1] == "--lang"))]:
             return _start_tui()  # no arguments (but --lang): the wizard
-        args = build_parser(commands=set(argv) & set(SUBCOMMANDS)).parse_args(argv)
+        from .argparse_i18n import translated
+
+        with translated():  # argparse's own words (errors, --help) in the chosen language
+            args = build_parser(commands=set(argv) & set(SUBCOMMANDS)).parse_args(argv)
         if args.version:
             print(f"hpcwizard {__version__} (Python {sys.version.split()[0]}; "
                   f"supports Python {SUPPORTED_PYTHON})")
