@@ -281,7 +281,7 @@ _hw_rt_valid() {
 
 # _hw_rt_checked SOURCE: _hw_rt_out as the job's hosts, each a valid name, none twice.
 _hw_rt_checked() {
-  local source=$1 n
+  local source=$1 n first
   local -A seen=()
   if [ "${#_hw_rt_out[@]}" -eq 0 ]; then _hw_rt_fail "$source names no hosts"; return 1; fi
   if [ "${#_hw_rt_out[@]}" -gt "$HW_RT_MAX_HOSTS" ]; then
@@ -294,9 +294,15 @@ _hw_rt_checked() {
       return 1
     fi
   done
+  # host names do not tell case apart (DNS, /etc/hosts): node1 and NODE1 are one host
   for n in "${_hw_rt_out[@]}"; do
-    if [ -n "${seen[$n]:-}" ]; then _hw_rt_fail "$source names $n twice"; return 1; fi
-    seen[$n]=1
+    first=${seen[${n,,}]:-}
+    if [ "$first" = "$n" ]; then _hw_rt_fail "$source names $n twice"; return 1; fi
+    if [ -n "$first" ]; then
+      _hw_rt_fail "$source names $n twice: $first and $n are one host (host names do not tell case apart)"
+      return 1
+    fi
+    seen[${n,,}]=$n
   done
   HW_RT_NAMES=("${_hw_rt_out[@]}")
   HW_RT_SOURCE=$source

@@ -278,10 +278,18 @@ def _checked(names: Sequence[str], source: str, slots: Sequence[int] = ()) -> Ho
             checked.append(host_name(n))
         except BadInput as exc:
             raise BadInput(_("{source}: {error}").format(source=source, error=exc)) from None
-    seen = set()
-    dupes = [n for n in checked if n in seen or seen.add(n)]  # type: ignore[func-returns-value]
-    if dupes:
-        raise BadInput(_("{source} names {host} twice").format(source=source, host=dupes[0]))
+    # host names do not tell case apart (DNS, /etc/hosts): node1 and NODE1 are one host
+    seen: Dict[str, str] = {}
+    for n in checked:
+        first = seen.get(n.lower())
+        if first is None:
+            seen[n.lower()] = n
+            continue
+        if first == n:
+            raise BadInput(_("{source} names {host} twice").format(source=source, host=n))
+        raise BadInput(_("{source} names {host} twice: {first} and {host} are one host (host "
+                         "names do not tell case apart)").format(source=source, host=n,
+                                                                   first=first))
     return Hosts(tuple(checked), source, tuple(slots))
 
 
