@@ -233,6 +233,12 @@ _hw_rt_items() {
     _hw_rt_fail "host list of ${#text} characters is longer than the $HW_RT_MAX_TEXT allowed"
     return 1
   fi
+  # a brace list (n{1,2}, as bash expands it) would be split at its comma into names that
+  # are not valid (n{1): say what is not supported instead
+  if [ "$mode" = list ] && [[ $text == *'{'* && $text =~ [{][^{}]*[,$_HW_RT_BLANKS][^{}]*[}] ]]; then
+    _hw_rt_fail "the brace list ${BASH_REMATCH[0]} is not supported: write the names out (n1,n2), or give a range (n{1..2}, n[1-2]) or a bracket list (n[1,2])"
+    return 1
+  fi
   if [ "$mode" = list ]; then text=${text//[$_HW_RT_BLANKS]/,}; fi
   if [ "${#text}" -gt 65536 ] && [[ $text != *[][]* ]]; then
     # no [...] to keep an empty range in: a run of commas is one (tr: bash's own
