@@ -234,6 +234,12 @@ _hw_rt_items() {
     _hw_rt_fail "host list of ${#text} characters is longer than the $HW_RT_MAX_TEXT allowed"
     return 1
   fi
+  # a brace list (n{1,2}, as bash expands it) would be split at its comma into names that
+  # are not valid (n{1): say what is not supported instead
+  if [ "$mode" = list ] && [[ $text == *'{'* && $text =~ [{][^{}]*[,$_HW_RT_BLANKS][^{}]*[}] ]]; then
+    _hw_rt_fail "the brace list ${BASH_REMATCH[0]} is not supported: write the names out (n1,n2), or give a range (n{1..2}, n[1-2]) or a bracket list (n[1,2])"
+    return 1
+  fi
   if [ "$mode" = list ]; then text=${text//[$_HW_RT_BLANKS]/,}; fi
   if [ "${#text}" -gt 65536 ] && [[ $text != *[][]* ]]; then
     # no [...] to keep an empty range in: a run of commas is one (tr: bash's own
@@ -282,7 +288,7 @@ _hw_rt_valid() {
 
 # _hw_rt_checked SOURCE: _hw_rt_out as the job's hosts, each a valid name, none twice.
 _hw_rt_checked() {
-  local source=$1 n
+  local source=$1 n first
   local -A seen=()
   if [ "${#_hw_rt_out[@]}" -eq 0 ]; then _hw_rt_fail "$source names no hosts"; return 1; fi
   if [ "${#_hw_rt_out[@]}" -gt "$HW_RT_MAX_HOSTS" ]; then
@@ -295,9 +301,15 @@ _hw_rt_checked() {
       return 1
     fi
   done
+  # host names do not tell case apart (DNS, /etc/hosts): node1 and NODE1 are one host
   for n in "${_hw_rt_out[@]}"; do
-    if [ -n "${seen[$n]:-}" ]; then _hw_rt_fail "$source names $n twice"; return 1; fi
-    seen[$n]=1
+    first=${seen[${n,,}]:-}
+    if [ "$first" = "$n" ]; then _hw_rt_fail "$source names $n twice"; return 1; fi
+    if [ -n "$first" ]; then
+      _hw_rt_fail "$source names $n twice: $first and $n are one host (host names do not tell case apart)"
+      return 1
+    fi
+    seen[${n,,}]=$n
   done
   HW_RT_NAMES=("${_hw_rt_out[@]}")
   HW_RT_SOURCE=$source

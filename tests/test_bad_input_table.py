@@ -147,6 +147,8 @@ CASES: Dict[str, Case] = {
     "export-format": (["export", *MPI_TCP, "--format", "rpm"], {}, {}),
     "export-into-missing-dir": (["export", *MPI_TCP, "--format", "setup", "-o",
                                  "{tmp}/no/such/dir/setup.sh"], {}, {}),
+    "export-under-a-file": (["export", *MPI_TCP, "--format", "setup", "-o", "{tmp}/f/x"], {},
+                            {"f": b"x"}),
     "export-onto-directory": (["export", *MPI_TCP, "--format", "setup", "-o", "{tmp}"], {}, {}),
     "diagnose-missing": (["diagnose", "{tmp}/no-such.log"], {}, {}),
     # environment read at plan time
@@ -224,6 +226,24 @@ CASES: Dict[str, Case] = {
     "host-keys-off-with-pytorch": (["apply", "--framework", "pytorch", "--network", "tcp",
                                     "--manual", "--yes", "--host-keys", "off"], {}, {}),
     "here-with-hosts": (HERE + ["--hosts", "node1,node2"], {}, {}),
+    "jobs-with-here": (HERE + ["--jobs", "4"], {}, {}),
+    "ssh-port-with-pytorch": (["plan", "--framework", "pytorch", "--network", "tcp",
+                               "--ssh-port", "2200"], {}, {}),
+    "force-without-output": (["export", *MPI_TCP, "--format", "setup", "--force"], {}, {}),
+    "force-to-stdout": (["export", *MPI_TCP, "--format", "setup", "-o", "-", "--force"], {}, {}),
+    # empty values: leaving the option out is how one asks for its default (an empty one was
+    # taken for it in silence; -o '' printed the export instead of writing it)
+    "user-empty": (PLAN + ["--user", ""], {}, {}),
+    "user-blank": (APPLY + ["--user", " "], {}, {}),
+    "peers-empty": (PLAN + ["--peers", ""], {}, {}),
+    "peers-blank": (APPLY + ["--peers", "  "], {}, {}),
+    "output-empty": (["export", *MPI_TCP, "--format", "setup", "-o", ""], {}, {}),
+    # host names do not tell case apart: A and a are one host, checked twice
+    "hosts-twice-in-another-case": (VERIFY + ["--hosts", "node1,NODE1"], {}, {}),
+    "hosts-brace-list": (VERIFY + ["--hosts", "n{1,2}"], {}, {}),
+    "hostfile-twice-in-another-case": (VERIFY + ["--hostfile", "{tmp}/hf"], {},
+                                       {"hf": b"Node1\nnode1\n"}),
+    "env-hosts-twice-in-another-case": (VERIFY, {"HOSTS": "n1 N1"}, {}),
 }
 
 
@@ -292,6 +312,32 @@ def test_cli_bad_input(case: str, tmp_path: Path) -> None:
     assert not state.exists(), f"bad input wrote to the state directory{shown}"
     assert sorted(os.listdir(work)) == listing, f"bad input left files behind{shown}"
     assert not (work / "pwned").exists() and not Path("/tmp/pwned").exists(), shown
+
+
+# what some refusals must say (the table above holds them to one line and exit 2)
+SAYS = {
+    "export-under-a-file": "/f is not a directory: ",
+    "hosts-brace-list": "--hosts: the brace list {1,2} is not supported",
+    "hosts-twice-in-another-case": "--hosts names NODE1 twice: node1 and NODE1 are one host",
+    "user-empty": "argument --user: the value is empty",
+    "output-empty": "argument -o/--output: the value is empty",
+    "force-without-output": "--force replaces files that -o FILE writes",
+    "jobs-with-here": "--jobs is how many hosts are checked at once",
+    "ssh-port-with-pytorch": "--ssh-port: SSH is configured for MPI only",
+}
+
+
+@pytest.mark.parametrize("case", list(SAYS))
+def test_the_refusal_names_the_problem(case: str, tmp_path: Path) -> None:
+    argv, env, files = CASES[case]
+    for name, body in files.items():
+        (tmp_path / name).write_bytes(body)
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    proc = subprocess.run([wizard_exe(), *argv], stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=20, cwd=str(tmp_path),
+                          env=dict(os.environ, HPCWIZARD_STATE_DIR=str(tmp_path / "state"),
+                                   LANG="C.UTF-8", LC_ALL="", LC_MESSAGES=""))
+    assert proc.returncode == 2 and SAYS[case] in proc.stderr, proc.stderr
 
 
 # --- recipes with errors: the shipped recipes, edited (in-process: the catalog is swapped) ---
@@ -428,6 +474,8 @@ DONE_HOSTS_CASES: Dict[str, Tuple[str, str]] = {  # typed value, words of the re
     "done-hosts-bracket": ("node[1-", "unmatched bracket"),
     "done-hosts-huge": ("x{0..4095}{0..4095}", "more than 4096 hosts"),
     "done-hosts-twice": ("node1,node1", "twice"),
+    "done-hosts-twice-in-another-case": ("node1,NODE1", "are one host"),
+    "done-hosts-brace-list": ("n{1,2}", "brace list {1,2} is not supported"),
     # issue 13: recursion and size bombs, digits that are not ASCII
     "done-hosts-brace-groups": ("a" + "{0..0}" * 40, "more than 16 ranges"),
     "done-hosts-bracket-groups": ("a" + "[0]" * 40, "more than 16 ranges"),
@@ -641,3 +689,15 @@ def test_an_older_record_without_the_newer_optional_fields_loads_and_undoes(tmp_
     assert undo_record(record, runner, lambda event: None) == "undone"
     assert runner.ran == ["true"]
     assert Record.load(path).steps[0]["status"] == "undone"
+
+
+def test_export_to_dash_is_standard_output(tmp_path) -> None:
+    """-o - is standard output, as no -o is (a file named '-' is ./-): nothing is written."""
+    env = dict(os.environ, HPCWIZARD_STATE_DIR=str(tmp_path / "state"))
+    run = [wizard_exe(), "export", *MPI_TCP, "--format", "setup"]
+    dash = subprocess.run(run + ["-o", "-"], stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=20, cwd=str(tmp_path), env=env)
+    plain = subprocess.run(run, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           timeout=20, cwd=str(tmp_path), env=env)
+    assert dash.returncode == 0 and dash.stdout.startswith("#!/usr/bin/env bash"), dash.stderr
+    assert dash.stdout == plain.stdout and os.listdir(tmp_path) == []

@@ -132,7 +132,11 @@ def test_a_host_name_without_a_pattern_is_every_host_with_a_warning(hostname):
     peers = default_peers({}, hostname)
     assert peers.pattern == "*"
     assert "git over ssh" in peers.warning and "--peers" in peers.warning
-    assert repr(hostname) in peers.warning  # says which name had no pattern
+    if hostname:
+        assert repr(hostname) in peers.warning  # says which name had no pattern
+    else:  # no /etc/hostname in a sysroot: not "the host name ''"
+        assert "this host's name is unknown" in peers.warning and "''" not in peers.warning
+        assert "''" not in peers.source and "unknown" in peers.source
 
 
 # --- what the user gives --------------------------------------------------------------------
@@ -203,6 +207,12 @@ def test_the_plan_warns_when_the_peers_are_every_host(catalog):
                        catalog, env={})
     assert found.choices.peers == "*"
     assert any("'c0ffee' has no naming pattern" in w for w in found.warnings)
+    # a sysroot without /etc/hostname: no name, not "the host name ''"
+    unnamed = build_plan(dataclasses.replace(make_facts(), hostname=""), make_choices(**MPI),
+                         catalog, env={})
+    assert unnamed.choices.peers == "*"
+    assert any("this host's name is unknown" in w for w in unnamed.warnings)
+    assert not any("''" in w for w in unnamed.warnings), unnamed.warnings
     named = build_plan(make_facts(), make_choices(**MPI), catalog, env={})
     assert named.choices.peers == "node*" and not any("'*'" in w for w in named.warnings)
 

@@ -22,7 +22,36 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line and exit status 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise BadInput(message)
+        from .argparse_i18n import error_text
+
+        raise BadInput(error_text(message))
+
+
+class _NotEmpty(argparse.Action):
+    """A value that may not be empty: leaving the option out is how one asks for its
+    default, and an empty value (often a variable that was not set: --user "$JOB_USER") took
+    the default in silence. HINT says what to give instead."""
+
+    HINT = ""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: Optional[str] = None) -> None:
+        if not str(values).strip():
+            raise argparse.ArgumentError(self, _("the value is empty: {hint}").format(
+                hint=_(self.HINT)))
+        setattr(namespace, self.dest, values)
+
+
+class _User(_NotEmpty):
+    HINT = N_("give a user name, or leave out --user for you")
+
+
+class _Peers(_NotEmpty):
+    HINT = N_("give ssh Host patterns, or leave out --peers for the platform's host list")
+
+
+class _Output(_NotEmpty):
+    HINT = N_("give a file name, or leave out -o (or give '-') for standard output")
 
 
 def _add_choices(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -36,14 +65,14 @@ def _add_choices(p: argparse.ArgumentParser, required: bool = True) -> None:
         if value.id != vocab.MODE.default:
             mode.add_argument(f"--{value.id}", dest="mode", action="store_const", const=value.id,
                               help=_(value.help))
-    g.add_argument("--user", default=vocab.DEFAULT_USER, help=_("the job's user (default: you)"))
+    g.add_argument("--user", default=vocab.DEFAULT_USER, action=_User, help=_("the job's user (default: you)"))
     g.add_argument("--ssh-port", default=str(vocab.DEFAULT_SSH_PORT),
                    help=_("SSH port between instances (default {port})").format(
                        port=vocab.DEFAULT_SSH_PORT))
     g.add_argument(vocab.HOST_KEYS.flag, choices=vocab.HOST_KEYS.ids,
                    default=vocab.HOST_KEYS.default,
                    help=_("pinned: trust only this image's host key (default); off: as the guide"))
-    g.add_argument("--peers", default=None, metavar="PATTERNS",
+    g.add_argument("--peers", default=None, metavar="PATTERNS", action=_Peers,
                    help=_("the job's hosts as ssh Host patterns, space separated ('job-worker-* "
                           "node1'), the only hosts the SSH client settings apply to (default: "
                           "from the platform's host list, else this host's name; '*' is every "
@@ -76,9 +105,11 @@ def _export_args(ex: argparse.ArgumentParser) -> None:
 
     _add_choices(ex)
     ex.add_argument("--format", choices=vocab.EXPORT_FORMATS, required=True)
-    ex.add_argument("-o", "--output", help=_("file to write (default: standard output)"))
+    ex.add_argument("-o", "--output", action=_Output,
+                    help=_("file to write ('-' or none: standard output)"))
     ex.add_argument("--force", action="store_true",
-                    help=_("replace files already at the export's names (default: refuse)"))
+                    help=_("with -o: replace files already at the export's names (default: "
+                           "refuse)"))
 
 
 def _record_args(r: argparse.ArgumentParser) -> None:
@@ -98,7 +129,7 @@ def _verify_args(v: argparse.ArgumentParser) -> None:
     v.add_argument("--bandwidth", action="store_true", help=_(
         "also measure the links between instances (ib_write_bw, TCP, the all_reduce's bus "
         "bandwidth) against their line rate; this loads them"))
-    v.add_argument("--jobs", default="16", help="how many hosts to check at once (default 16)")
+    v.add_argument("--jobs", default=None, help=_("how many hosts to check at once (default 16)"))
     v.add_argument("--json", action="store_true")
 
 
@@ -152,7 +183,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         if not [a for i, a in enumerate(argv) if not (
                 a == "--lang" or a.startswith("--lang=") or (i and argv[i - 1] == "--lang"))]:
             return _start_tui()  # no arguments (but --lang): the wizard
-        args = build_parser(commands=set(argv) & set(SUBCOMMANDS)).parse_args(argv)
+        from .argparse_i18n import translated
+
+        with translated():  # argparse's own words (errors, --help) in the chosen language
+            args = build_parser(commands=set(argv) & set(SUBCOMMANDS)).parse_args(argv)
         if args.version:
             print(f"hpcwizard {__version__} (Python {sys.version.split()[0]}; "
                   f"supports Python {SUPPORTED_PYTHON})")
@@ -229,8 +263,13 @@ def _choices(args: argparse.Namespace) -> Any:
 
     # options that do not apply are refused, not ignored: only MPI gets SSH settings
     # (mpirun starts its ranks over SSH; torchrun needs no SSH server or client config)
-    ssh_only = [flag for flag, given in (("--peers", args.peers is not None),
-                                         ("--host-keys off", args.host_keys == "off")) if given]
+    from . import vocab
+
+    ssh_only = [flag for flag, given in (
+        ("--peers", args.peers is not None), ("--host-keys off", args.host_keys == "off"),
+        # at its default it is no choice (as verify --record takes it); another port would
+        # only be written into the job's header
+        ("--ssh-port", args.ssh_port != str(vocab.DEFAULT_SSH_PORT))) if given]
     if args.framework == "pytorch" and ssh_only:
         raise BadInput(_("{flags}: SSH is configured for MPI only (mpirun starts its ranks "
                          "over SSH); PyTorch gets no SSH settings: leave out {flags}").format(
@@ -409,8 +448,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     from .export import render_export
     from .session import write_export
 
+    to_stdout = args.output in (None, "-")
+    if to_stdout and args.force:
+        # --force says "replace my files": printing instead would leave them as they are
+        raise BadInput(_("--force replaces files that -o FILE writes; the export goes to "
+                         "standard output: give -o FILE, or leave out --force"))
     _facts_here, plan = _plan(args)
-    if not args.output:
+    if to_stdout:
         sys.stdout.write(render_export(plan, args.format))
         return EXIT_OK
     for path in write_export(plan, args.format, Path(args.output), force=args.force):
@@ -497,8 +541,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
         raise BadInput(_("verify needs --framework and --network, or --record FILE"))
     else:
         choices = _choices(args)
-    jobs = number(args.jobs, "--jobs", 1, 256)
+    jobs = number(args.jobs if args.jobs is not None else "16", "--jobs", 1, 256)
     hosts = None
+    if args.here and args.jobs is not None:
+        raise BadInput(_("--jobs is how many hosts are checked at once; --here checks this "
+                         "instance only: leave out --jobs, or --here"))
     if args.here:
         if args.hosts is not None or args.hostfile is not None:
             raise BadInput(_("--here checks this instance only: leave out --hosts and "

@@ -255,9 +255,17 @@ def _named(source: str, exc: BadInput) -> BadInput:
 _BLANKS = re.compile(r"[ \t\n\r\f\v]")  # ASCII blanks, as the library's: \s takes U+3000 too
 
 
+_BRACE_LIST = re.compile(r"\{[^{}]*[, \t\n\r\f\v][^{}]*\}")
+
+
 def _from_list(text: str, already: int = 0) -> List[str]:
     """A list's names; `already` names come before them (the cap counts them too)."""
     _too_long(text)
+    brace_list = _BRACE_LIST.search(text) if "{" in text else None
+    if brace_list:  # split at its comma it would give names that are not valid (n{1)
+        raise BadInput(_("the brace list {braces} is not supported: write the names out "
+                         "(n1,n2), or give a range (n{{1..2}}, n[1-2]) or a bracket list "
+                         "(n[1,2])").format(braces=brace_list.group(0)))
     out: List[str] = []
     for item in _split_top(_BLANKS.sub(",", text)):
         if "[" in item or "]" in item:
@@ -278,10 +286,18 @@ def _checked(names: Sequence[str], source: str, slots: Sequence[int] = ()) -> Ho
             checked.append(host_name(n))
         except BadInput as exc:
             raise BadInput(_("{source}: {error}").format(source=source, error=exc)) from None
-    seen = set()
-    dupes = [n for n in checked if n in seen or seen.add(n)]  # type: ignore[func-returns-value]
-    if dupes:
-        raise BadInput(_("{source} names {host} twice").format(source=source, host=dupes[0]))
+    # host names do not tell case apart (DNS, /etc/hosts): node1 and NODE1 are one host
+    seen: Dict[str, str] = {}
+    for n in checked:
+        first = seen.get(n.lower())
+        if first is None:
+            seen[n.lower()] = n
+            continue
+        if first == n:
+            raise BadInput(_("{source} names {host} twice").format(source=source, host=n))
+        raise BadInput(_("{source} names {host} twice: {first} and {host} are one host (host "
+                         "names do not tell case apart)").format(source=source, host=n,
+                                                                   first=first))
     return Hosts(tuple(checked), source, tuple(slots))
 
 

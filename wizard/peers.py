@@ -48,6 +48,14 @@ NO_NAMES = N_("No job host names were found (no HOSTS, hostfile, Slurm, Volcano 
               "(github.com) included. Name the job's hosts with --peers, e.g. --peers "
               "'job-worker-*'.")
 
+# a sysroot (or a container) without /etc/hostname: there is no name to read a pattern from
+NO_NAMES_UNNAMED = N_("No job host names were found (no HOSTS, hostfile, Slurm, Volcano or "
+                      "MASTER_ADDR variable, and this host's name is unknown), so the SSH "
+                      "client settings apply to every host ('*'): every ssh the job's user "
+                      "makes gets the job's port, BatchMode and only the job's key, git over "
+                      "ssh (github.com) included. Name the job's hosts with --peers, e.g. "
+                      "--peers 'job-worker-*'.")
+
 
 # A domain or an address block holds more than the job: a git server there would get the
 # job's port and key too. The plan says so; --peers names the instances.
@@ -142,6 +150,9 @@ def default_peers(env: Mapping[str, str], hostname: str) -> Peers:
                        "peers") from None
     own = from_host_name(hostname)
     if hosts is None:
+        if own is None and not hostname:
+            return Peers("*", N_("nothing better: this host's name is unknown"), (),
+                         NO_NAMES_UNNAMED)
         if own is None:
             return Peers("*", N_("nothing better: the host name {host!r} has no naming "
                                  "pattern"), (("host", hostname),), NO_NAMES)
@@ -154,7 +165,9 @@ def default_peers(env: Mapping[str, str], hostname: str) -> Peers:
         return Peers(" ".join(patterns), how, args)
     if own is None:
         return Peers("*", N_("nothing better: the {n} hosts of {source} have no short "
-                             "pattern, and the host name {host!r} has none"), args, EVERY_HOST)
+                             "pattern, and the host name {host!r} has none") if hostname else
+                     N_("nothing better: the {n} hosts of {source} have no short pattern, and "
+                        "this host's name is unknown"), args, EVERY_HOST)
     return Peers(own[0], N_("this host's naming ({host}): the {n} hosts of {source} have no "
                             "short pattern"), args)
 

@@ -323,6 +323,13 @@ def _check_target_os(path: Path) -> None:
         raise BadInput(_("{path} is not a regular file: give the name of a file to write").format(
             path=path))
     if not path.parent.is_dir():
+        # the nearest part of the path that is there says why: -o notes.txt/x is under a file
+        for up in (path.parent, *path.parent.parents):
+            if os.path.lexists(up):
+                if not up.is_dir():
+                    raise BadInput(_("{path} is not a directory: {target} cannot be written "
+                                     "under it").format(path=up, target=path))
+                break
         raise BadInput(_("directory {path} does not exist").format(path=path.parent))
 
 

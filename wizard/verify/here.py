@@ -11,11 +11,13 @@ from typing import List, Tuple
 
 from ..diagnose import explain
 from ..i18n import _
+from ..plan import package_manager
+from ..proc import NOT_FOUND
 from . import needs as N
 from .context import Ctx, _check
 from .parse import effective, first_line, ib_transports, parse_torch_probe, parse_ucx_devices
-from .probes import (MemlockLimit, OmpiInfo, OpenUverbs, SshCommand, SshdInEffect, SshInEffect,
-                     TcpConnect, TorchImport, UcxDevices)
+from .probes import (NO_UVERBS, MemlockLimit, OmpiInfo, OpenUverbs, Ran, SshCommand,
+                     SshdInEffect, SshInEffect, TcpConnect, TorchImport, UcxDevices)
 from .results import FAIL, PASS, Check
 from .shipped import TORCH_PROBE, program
 from .spec import Spec
@@ -25,6 +27,33 @@ from .spec import Spec
 _SSHD_PROMISE = (("passwordauthentication", ("no",)), ("kbdinteractiveauthentication", ("no",)),
                  ("pubkeyauthentication", ("yes",)),
                  ("permitrootlogin", ("prohibit-password", "without-password", "no")))
+
+
+# What installs each program a check here runs (the recipes' names: ssh.toml, mpi.toml,
+# ucx.toml): a program that is not there is said to be missing, with what installs it, and
+# not taken for a failure of what it would have shown.
+_PACKAGES = {"sshd": {"apt": "openssh-server", "dnf": "openssh-server", "yum": "openssh-server"},
+             "ompi_info": {"apt": "openmpi-bin", "dnf": "openmpi", "yum": "openmpi"},
+             "ucx_info": {"apt": "ucx-utils", "dnf": "ucx", "yum": "ucx"}}
+
+
+def _not_installed(r: Ran, program: str) -> bool:
+    """The program itself could not be started (127, and the message names it: runuser or
+    bash missing is not the program missing)."""
+    return r.rc == NOT_FOUND and program in r.last_line()
+
+
+def _install_hint(ctx: Ctx, program: str) -> str:
+    names = _PACKAGES[program]
+    pm = package_manager(ctx.facts)
+    package = names.get(pm) or " / ".join(sorted(set(names.values())))
+    text = _("{program} is not installed here (or not on the PATH): install the {package} "
+             "package ('hpcwizard apply' of this plan installs it), then verify again.").format(
+        program=program, package=package)
+    if program == "ompi_info" and pm in ("dnf", "yum"):
+        text += " " + _("On this distribution OpenMPI's programs are in /usr/lib64/openmpi/bin, "
+                        "which must be on the PATH.")
+    return text
 
 
 def sshd_title(ctx: Ctx, host: str = "") -> str:
@@ -56,19 +85,25 @@ def check_sshd_settings(ctx: Ctx, host: str = "") -> Check:
     t0 = time.monotonic()
     r = ctx.ask(probe)
     got = effective(r.out) if r.ok else {}
+    # nothing is wrong in settings sshd did not report: its failure is the check's line
     wrong = [f"{k} {' '.join(got.get(k, ['?']))}" for k, allowed in _SSHD_PROMISE
-             if got.get(k, [""])[0] not in allowed]
+             if r.ok and got.get(k, [""])[0] not in allowed]
     if r.ok and str(ctx.port) not in got.get("port", []):
         wrong.insert(0, f"port {' '.join(got.get('port', ['?']))}")
     ok = r.ok and not wrong
+    if r.ok:
+        plain = _("sshd does not use the settings hpcwizard wrote ({wrong}): another "
+                  "file sets them first (sshd keeps the first value it reads). Run "
+                  "'hpcwizard apply' again: it names the file.").format(wrong=", ".join(wrong))
+    elif _not_installed(r, "sshd"):
+        plain = _install_hint(ctx, "sshd")
+    else:  # sshd -T refused its configuration (or could not read it): its output says why
+        plain = _("sshd could not report the settings it would use (sshd -T failed): its "
+                  "message, on the check's line, says why.")
     return _check("here/sshd-settings", sshd_settings_title(ctx), r, ok,
                   detail=(_("port {port}, passwords and keyboard-interactive off").format(
                       port=ctx.port) if ok else ", ".join(wrong) or r.last_line()),
-                  plain=_("sshd does not use the settings hpcwizard wrote ({wrong}): another "
-                          "file sets them first (sshd keeps the first value it reads). Run "
-                          "'hpcwizard apply' again: it names the file.").format(
-                      wrong=", ".join(wrong) or r.last_line()),
-                  t0=t0)
+                  plain=plain, t0=t0)
 
 
 def _peer_sample(ctx: Ctx) -> str:
@@ -131,6 +166,9 @@ def check_ompi_ucx(ctx: Ctx, host: str = "") -> Check:
     ok = r.ok and "ucx" in pml
     detail = (_("pml components: {names}").format(names=", ".join(pml) or _("none"))
               if r.ok else r.last_line())
+    if _not_installed(r, "ompi_info"):
+        return _check("here/ompi-ucx", ompi_ucx_title(ctx), r, False, detail=detail,
+                      plain=_install_hint(ctx, "ompi_info"), t0=t0)
     return _check("here/ompi-ucx", ompi_ucx_title(ctx), r, ok,
                   detail=detail,
                   plain=_("This OpenMPI cannot use UCX, so it cannot use InfiniBand: use an "
@@ -153,6 +191,9 @@ def check_ucx_ib(ctx: Ctx, host: str = "") -> Check:
     found = ib_transports(parse_ucx_devices(r.out), hcas) if r.ok else []
     detail = (", ".join(found[:6]) + (" ..." if len(found) > 6 else "")) if found else \
         (r.last_line() if not r.ok else _("no rc/dc/ud transport on an IB device"))
+    if _not_installed(r, "ucx_info"):
+        return _check("here/ucx-ib", ucx_ib_title(ctx), r, False, detail=detail,
+                      plain=_install_hint(ctx, "ucx_info"), t0=t0)
     return _check("here/ucx-ib", ucx_ib_title(ctx), r, bool(found),
                   detail=detail,
                   plain=_("UCX sees no InfiniBand device here, so MPI would run over TCP: the "
@@ -181,9 +222,12 @@ def check_ports(ctx: Ctx, host: str = "") -> Check:
     cmd = "cat /sys/class/infiniband/*/ports/*/state /sys/class/infiniband/*/ports/*/rate"
     title = ports_title(ctx)
     if not ports:
+        # NCCL's fallback to sockets is what a PyTorch job meets then; an MPI job has no NCCL
         return Check("here/ib-ports", title, FAIL, cmd, _("no InfiniBand port found"),
                      _("This instance has no InfiniBand port: choose an instance type with IB, "
-                       "or --network tcp."), diagnoses=(explain("nccl-socket-fallback"),))
+                       "or --network tcp."),
+                     diagnoses=((explain("nccl-socket-fallback"),)
+                                if ctx.framework == "pytorch" else ()))
     seen = "; ".join(f"{p.name} {p.state}" + (f" {p.rate_gbps:g} Gb/s" if p.rate_gbps else "")
                      + (f" ({p.link_layer})" if p.link_layer not in ("", "unknown") else "")
                      for p in ports)
@@ -201,11 +245,19 @@ def uverbs_title(ctx: Ctx, host: str = "") -> str:
 def check_uverbs(ctx: Ctx, host: str = "") -> Check:
     t0 = time.monotonic()
     r = ctx.ask(OpenUverbs(user=ctx.user))
+    # No table fallback: the probe opens device files, which says nothing of libibverbs or its
+    # drivers (verbs-no-driver's "libibverbs sees the device" would contradict "none there")
+    if not r.ok and NO_UVERBS in r.out:
+        plain = _("There is no RDMA device (/dev/infiniband/uverbs*) in this container: it is "
+                  "not passed in. Start it with the devices (docker --device "
+                  "/dev/infiniband; Kubernetes: the platform's RDMA device plugin), or choose "
+                  "--network tcp.")
+    else:
+        plain = _("The RDMA devices are not usable in this container: this user may not open "
+                  "them (their permissions), or they are not passed in (/dev/infiniband).")
     return _check("here/uverbs", uverbs_title(ctx), r, r.ok,
                   detail=" ".join(r.lines()) if r.ok else r.last_line(),
-                  plain=_("The RDMA devices are not usable in this container: they are not "
-                          "passed in (/dev/infiniband), or this user may not open them."),
-                  fallback="verbs-no-driver", t0=t0)
+                  plain=plain, t0=t0)
 
 
 def memlock_title(ctx: Ctx, host: str = "") -> str:

@@ -187,7 +187,8 @@ class UcxDevices(Probe):
         return ("ucx_info", "-d")
 
 
-_OPEN_UVERBS = ('set -- /dev/infiniband/uverbs*; [ -e "$1" ] || { echo "no /dev/infiniband/uverbs*"; '
+NO_UVERBS = "no /dev/infiniband/uverbs*"  # what _OPEN_UVERBS says when there is none
+_OPEN_UVERBS = ('set -- /dev/infiniband/uverbs*; [ -e "$1" ] || { echo "' + NO_UVERBS + '"; '
                 'exit 1; }; for d in "$@"; do exec 3<>"$d" || exit 1; exec 3>&-; echo "$d"; done')
 
 
