@@ -144,6 +144,8 @@ def jupyter_starts(repeats: int) -> List[Dict[str, float]]:
             paint, facts = term.enter_and_time(FIRST_PAINT, *FACTS_SHOWN)
             failed = float("Detection failed" in term.screen())
             term.type("q")
+            term.wait_for("Quit hpcwizard?")  # q asks where nothing has run yet
+            term.type("y")
             term.wait_for("HPCWIZARD-EXIT=")
             # beside each start, the same login shell starting a bare interpreter: what the
             # machine's load and the interpreter's own start cost both alike

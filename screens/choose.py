@@ -199,7 +199,7 @@ class ChooseScreen(WizardScreen):
         self.after_language()
 
     def pytorch(self) -> bool:
-        return self._radio("framework") == "pytorch"
+        return not vocab.uses_ssh(self._radio("framework"))
 
     def show_ssh_fields(self) -> None:
         """SSH port, Host keys and Instances are MPI's (mpirun starts its ranks over SSH):

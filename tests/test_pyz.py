@@ -639,6 +639,8 @@ def test_tui_from_the_pyz_reaches_the_system_screen(pyz, version, tmp_path):
         shown = tmux.wait_for(["1/6 System", pretty])  # the facts are shown: detection ran
         assert "Traceback" not in shown
         tmux("send-keys", "-t", "pyz", "q")
+        tmux.wait_for(["Quit hpcwizard?"])  # q asks where nothing has run yet
+        tmux("send-keys", "-t", "pyz", "y")
         shown = tmux.wait_for(["HPCWIZARD-EXIT="], timeout=15)
         assert "HPCWIZARD-EXIT=0" in shown
     finally:

@@ -7,6 +7,7 @@ Update after a deliberate change with: pytest tests/test_tui_snapshots.py --snap
 and look at the SVGs in tests/__snapshots__/."""
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
@@ -41,9 +42,9 @@ def _fixed_group(monkeypatch):
 @pytest.fixture(autouse=True)
 def _fresh_record_path():
     """A record is never written over one that is there (the wizard would pick
-    snapshot-2.toml, and the path is on screen): remove the last test's record first."""
-    for name in ("snapshot.toml", "snapshot.log"):
-        (STATE / "records" / name).unlink(missing_ok=True)
+    snapshot-2.toml, and the path is on screen), and a run's end names the earlier records
+    that did not finish: every test starts with no records (the directory is the tests' own)."""
+    shutil.rmtree(STATE / "records", ignore_errors=True)
     yield
 
 

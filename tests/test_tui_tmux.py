@@ -100,6 +100,8 @@ def test_headline_flow_in_tmux_writes_the_launch_script(tmux, tmp_path):
     assert "esx-batchcom/openmpi-ib:v1" in script.read_text()
     assert os.access(script, os.X_OK)
     tmux.keys("q")
+    tmux.wait_for("Quit hpcwizard?")  # q asks where nothing has run yet
+    tmux.keys("y")
     tmux.wait_for("HPCWIZARD-EXIT=0")
     assert not (state / "records").exists()  # nothing ran
 
@@ -162,6 +164,8 @@ def test_quitting_gives_the_shell_its_screen_and_cursor_back(tmux, tmp_path, ear
     tmux.wait_for("mlx5_0:1")
     assert _pane(tmux, "#{alternate_on}") == ["1"]
     tmux("send-keys", "-t", tmux.session, "q")
+    tmux.wait_for("Quit hpcwizard?")  # q asks where nothing has run yet
+    tmux("send-keys", "-t", tmux.session, "y")
     shown = tmux.wait_for("EXIT=0\n$")
     lines = shown.split("\n")
     assert lines[:3] == ["$ echo shell-line-one; echo shell-line-two", "shell-line-one",

@@ -10,8 +10,9 @@ from . import validate, vocab
 from .i18n import _
 from .peers import pattern_list
 
-# What only MPI uses: mpirun starts its ranks over SSH, torchrun needs no SSH server or client
-# settings. A PyTorch choice carries their defaults, whatever a front end or a record gave.
+# What only a framework that starts over SSH uses (mpirun; vocab.uses_ssh): torchrun needs no
+# SSH server or client settings. A PyTorch choice carries their defaults, whatever a front
+# end or a record gave.
 SSH_ONLY = ("ssh_port", "host_keys", "peers")
 
 
@@ -74,7 +75,7 @@ def make_choices(**raw: Any) -> Choices:
         ucx_sha = validate.sha256(ucx_sha)
     c = dataclasses.replace(c, ssh_port=port, peers=peers, ucx_url=ucx_url,
                             ucx_sha256=ucx_sha)
-    if c.framework != "mpi":
+    if not vocab.uses_ssh(c.framework):
         # no "host keys are not checked" warning, nor a port or peers in a file's header,
         # from a setting nothing of the plan uses (the command line refuses them outright)
         c = dataclasses.replace(c, **{k: getattr(Choices, k) for k in SSH_ONLY})

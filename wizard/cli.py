@@ -270,7 +270,7 @@ def _choices(args: argparse.Namespace) -> Any:
         # at its default it is no choice (as verify --record takes it); another port would
         # only be written into the job's header
         ("--ssh-port", args.ssh_port != str(vocab.DEFAULT_SSH_PORT))) if given]
-    if args.framework == "pytorch" and ssh_only:
+    if not vocab.uses_ssh(args.framework) and ssh_only:
         raise BadInput(_("{flags}: SSH is configured for MPI only (mpirun starts its ranks "
                          "over SSH); PyTorch gets no SSH settings: leave out {flags}").format(
             flags=", ".join(ssh_only)))

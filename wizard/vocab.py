@@ -30,10 +30,18 @@ class Value:
     label: str = ""  # as the Choose screen shows it, through _() (a product name stays as is)
     help: str = ""  # the help of its own flag, for a choice made by one flag per value (mode)
     rdma: bool = False  # needs an active RDMA port: Choose offers it only where one is
+    # a framework whose job starts without SSH (torchrun's rendezvous): the SSH settings
+    # (port, host keys, peers) do not apply, and no front end offers or keeps them
+    no_ssh: bool = False
 
     def __post_init__(self) -> None:
         if not _VALUE_ID.match(self.id):
             raise ValueError(f"choice value {self.id!r}: lower-case letters and digits only")
+
+
+def uses_ssh(framework: str) -> bool:
+    """Whether the framework's job starts over SSH (mpirun), so that the SSH settings apply."""
+    return not any(v.no_ssh for v in FRAMEWORK.values if v.id == framework)
 
 
 @dataclass(frozen=True)
@@ -61,7 +69,7 @@ class Choice:
 
 FRAMEWORK = Choice("framework", "framework", (
     Value("mpi", "MPI"),
-    Value("pytorch", "PyTorch"),
+    Value("pytorch", "PyTorch", no_ssh=True),
 ), default="mpi")
 
 NETWORK = Choice("network", "network", (

@@ -214,6 +214,8 @@ def test_system_to_preset_export_then_f2_to_chinese(wizard):
     shown = wizard.wait_for("6/6 预置镜像")
     assert "6/6 Preset image" not in shown
     wizard.type("q")
+    wizard.wait_for("退出 hpcwizard？")  # q asks where nothing has run yet (F2: in Chinese)
+    wizard.type("y")
     wizard.wait_for("HPCWIZARD-EXIT=0")
     assert not (work / "state" / "records").exists()  # nothing ran
     # The shell's screen is back with its cursor where the command left it: the early frame
