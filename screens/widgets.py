@@ -16,6 +16,7 @@ from textual.validation import ValidationResult, Validator
 from textual.widgets import Button, Footer, Header, Input, Label, RadioButton, RadioSet, Static
 
 from hpcwizard.i18n import N_, _, get_language, width
+from hpcwizard.vocab import EXPORT_FILE_NAMES
 
 # Short: the eight sit three to a row in 80 columns (wizard.tcss, #export-format)
 FORMAT_LABELS = {"setup": N_("Setup script"), "dockerfile": N_("Dockerfile"),
@@ -31,10 +32,7 @@ WROTE = {"setup": N_("Wrote setup script {path}"), "dockerfile": N_("Wrote docke
          "pytorchjob": N_("Wrote PyTorchJob manifest {path}"),
          "trainjob": N_("Wrote TrainJob manifest {path}"),
          "volcano": N_("Wrote Volcano Job manifest {path}")}
-DEFAULT_PATHS = {"setup": "./hpcwizard-setup.sh", "dockerfile": "./Dockerfile",
-                 "launch": "./hpcwizard-launch.sh", "sbatch": "./hpcwizard-job.sbatch",
-                 "mpijob": "./hpcwizard-mpijob.yaml", "pytorchjob": "./hpcwizard-pytorchjob.yaml",
-                 "trainjob": "./hpcwizard-trainjob.yaml", "volcano": "./hpcwizard-volcano.yaml"}
+DEFAULT_PATHS = {fmt: f"./{name}" for fmt, name in EXPORT_FILE_NAMES.items()}
 
 
 def translate_bindings(node: Any) -> None:

@@ -36,8 +36,9 @@ from .facts import Facts, OsInfo
 from .plan import Plan, Step, install_step, package_manager
 from .i18n import N_, _, comment, translations
 from .validate import BadInput
+from .vocab import EXPORT_FILE_NAMES
 
-SETUP_NAME = "hpcwizard-setup.sh"
+SETUP_NAME = EXPORT_FILE_NAMES["setup"]
 
 
 @lru_cache(maxsize=1)

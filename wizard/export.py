@@ -11,6 +11,7 @@ from .i18n import _, comment, field
 from .plan import Plan
 from .dockerfile import dockerfile
 from .launch import launch_script
+from .vocab import EXPORT_FILE_NAMES
 
 _DELIM = "HPCWIZARD_STEP"
 
@@ -71,8 +72,10 @@ def setup_script(plan: Plan) -> str:
            if c.framework == "mpi" else ""),  # PyTorch gets no SSH settings
         comment(_("planned on: {os}").format(os=plan.os_label)),
         comment(_("Run as root, or as a user with passwordless sudo.")),
-        comment(_("  bash setup.sh          apply (steps already done are skipped)")),
-        comment(_("  bash setup.sh --undo   take every step back, newest first")),
+        comment(_("  bash {script}          apply (steps already done are skipped)").format(
+            script=EXPORT_FILE_NAMES["setup"])),
+        comment(_("  bash {script} --undo   take every step back, newest first").format(
+            script=EXPORT_FILE_NAMES["setup"])),
     ]
     if c.host_keys == "off":
         out.append(comment(_("WARNING: host keys are not checked (--host-keys off).")))

@@ -27,6 +27,10 @@ from . import __version__
 from .i18n import _, comment
 from . import ops, runtime
 from .plan import Plan
+from .vocab import EXPORT_FILE_NAMES
+
+# what the script's comments tell you to run; its usage names the file it runs as ($0)
+LAUNCH_NAME = EXPORT_FILE_NAMES["launch"]
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # what `export NAME=` accepts
 # The Open MPI version of the mpirun on PATH ("4.1.4"), empty for another MPI: every script
@@ -115,8 +119,8 @@ log() { printf 'launch[%s]: %s\n' "${ME:-$(hostname)}" "$*" >&2; }
 die() { log "$*"; exit 2; }
 
 usage() {
+  printf 'usage: %s [--hosts a,b,c | --hostfile FILE] [--] PROGRAM [ARGS...]\n' "${0##*/}"
   cat <<'USAGE'
-usage: launch.sh [--hosts a,b,c | --hostfile FILE] [--] PROGRAM [ARGS...]
 Run the same command on every instance of the job.
 PyTorch: PROGRAM is python [-u] SCRIPT, python [-u] -m MODULE, SCRIPT.py, or another
   program (torchrun --no-python); the interpreter's other options are refused.
@@ -402,8 +406,8 @@ def launch_script(plan: Plan) -> str:
         "#!/usr/bin/env bash",
         comment(_("Written by hpcwizard {version}: the per-instance launch script. Run the same\n"
                   "command on every instance of the job:").format(version=__version__)),
-        "#   bash launch.sh [--hosts a,b,c | --hostfile FILE] [--] PROGRAM [ARGS...]",
-        "#   bash launch.sh -- python train.py --lr 0.1",
+        f"#   bash {LAUNCH_NAME} [--hosts a,b,c | --hostfile FILE] [--] PROGRAM [ARGS...]",
+        f"#   bash {LAUNCH_NAME} -- python train.py --lr 0.1",
         f"# framework={c.framework} network={c.network}"
         + (f" ssh_port={c.ssh_port}" if c.framework == "mpi" else "")  # PyTorch has no SSH
         + f" user={plan.target.user}",
@@ -414,7 +418,8 @@ def launch_script(plan: Plan) -> str:
                              "~/.sshd_config).").format(image=rec.preset.image)))
     elif plan.os_label:
         out.append(comment(_("Planned on: {os}").format(os=plan.os_label)))
-    out.append(comment(_("'bash launch.sh --help' lists the host sources and settings.")))
+    out.append(comment(_("'bash {script} --help' lists the host sources and settings.").format(
+        script=LAUNCH_NAME)))
     if c.host_keys == "off":
         out.append(comment(_("WARNING: host keys are not checked (--host-keys off).")))
     out.append("set -euo pipefail")

@@ -96,6 +96,13 @@ UCX_SOURCE = Choice("ucx_source", "UCX source", (
 ), default="distro", condition_prefix="ucx")
 
 DEFAULT_SSH_PORT = 2222  # mpi-operator's: a port a non-root sshd may serve
+
+# The name each export is written as unless told otherwise: the wizard's path, the file
+# beside a Dockerfile, and the name the exported files' own comments tell you to run.
+EXPORT_FILE_NAMES = {"setup": "hpcwizard-setup.sh", "dockerfile": "Dockerfile",
+                     "launch": "hpcwizard-launch.sh", "sbatch": "hpcwizard-job.sbatch",
+                     "mpijob": "hpcwizard-mpijob.yaml", "pytorchjob": "hpcwizard-pytorchjob.yaml",
+                     "trainjob": "hpcwizard-trainjob.yaml", "volcano": "hpcwizard-volcano.yaml"}
 DEFAULT_USER = ""  # the user running hpcwizard
 DEFAULT_PEERS = ""  # derived from the job's hosts (hpcwizard.peers); a plan keeps what it used
 
