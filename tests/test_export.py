@@ -167,3 +167,26 @@ def test_setup_script_stops_at_a_failing_step(tmp_path):
     assert "[3] Touch a stamp" in r.stdout
     assert "[4]" not in r.stdout and "hpcwizard: done" not in r.stdout
     assert not (base / "kept").exists()
+
+
+@pytest.mark.parametrize("fmt", ["setup", "launch"])
+def test_a_script_tells_you_to_run_the_name_the_wizard_writes_it_as(fmt, tmp_path):
+    """The wizard writes ./hpcwizard-setup.sh and ./hpcwizard-launch.sh: a line copied from
+    the script's own comments must run that file, and launch.sh's usage names the file it
+    runs as, whatever it was saved as."""
+    from hpcwizard.screens.widgets import DEFAULT_PATHS
+    from hpcwizard.session import write_export
+
+    plan = build_plan(facts("debian12", ROOT), make_choices(), CATALOG)
+    path = tmp_path / Path(DEFAULT_PATHS[fmt]).name
+    write_export(plan, fmt, path)
+    text = path.read_text()
+    assert f"bash {path.name}" in text
+    assert f"bash {fmt}.sh" not in text
+    if fmt == "launch":
+        renamed = tmp_path / "job.sh"
+        for script in (path, renamed):
+            if script == renamed:
+                os.replace(path, renamed)
+            shown = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True)
+            assert (shown.stdout + shown.stderr).startswith(f"usage: {script.name} "), shown
