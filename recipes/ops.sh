@@ -777,7 +777,7 @@ _hw_pkg_settle() {
 }
 
 _hw_pkg_undo() {
-  local lock=(-o "DPkg::Lock::Timeout=$timeout") list=() extra needed=() inst=()
+  local lock=(-o "DPkg::Lock::Timeout=$timeout") list=() extra needed=() inst=() all some
   if [ "$pm" = apt ]; then _hw_dpkg_finish; fi
   _hw_pkg_settle   # a killed run's list, finished first
   _hw_pkg_states > "$work/now"
@@ -785,41 +785,38 @@ _hw_pkg_undo() {
     mapfile -t list < <(awk 'FILENAME == ARGV[1] { if (substr($1, 2, 1) != "n" && substr($1, 2, 1) != "c") have[$2] = 1; next }
                              ($1 in have)' "$work/now" "$key.new")
   fi
-  # Keep what another installed package needs: apt would take that package with ours.
+  # Keep what another installed package needs: apt would take that package with ours, or
+  # install another in its place (openssh-server's sysusers: systemd for
+  # systemd-standalone-sysusers).
   while [ ${#list[@]} -gt 0 ]; do
+    inst=()
     if [ "$pm" = apt ]; then
       apt-get -s purge "${list[@]}" 2>/dev/null > "$work/sim" || true
       awk '/^Purg /{print $2}' "$work/sim" | sort -u > "$work/would"
       mapfile -t inst < <(awk '/^Inst /{print $2}' "$work/sim" | sort -u)
-      if [ ${#inst[@]} -gt 0 ]; then
-        # apt would install something in their place (openssh-server's sysusers: systemd
-        # for systemd-standalone-sysusers): keep what a package not ours needs of ours
-        printf '%s\n' "${list[@]}" | sort -u > "$work/list"
-        mapfile -t needed < <(_hw_pkg_needed_by_others "$work/list")
-        if [ ${#needed[@]} -eq 0 ]; then
-          _hw_say "purging ${list[*]} would make apt install ${inst[*]}, which hpcwizard does not do: kept them all"
-          list=()
-          break
-        fi
-        _hw_say "kept ${needed[*]}: purging it would make apt install ${inst[*]} for packages hpcwizard did not install"
-        mapfile -t list < <(printf '%s\n' "${list[@]}" | grep -vxF -f <(printf '%s\n' "${needed[@]}"))
-        continue
-      fi
     else
       rpm -e --test "${list[@]}" 2>&1 | awk '/is needed by \(installed\)/ {print $NF}' \
         | while read -r nvr; do rpm -q --qf '%{NAME}\n' "$nvr"; done | sort -u > "$work/would-extra"
       printf '%s\n' "${list[@]}" | cat - "$work/would-extra" | sort -u > "$work/would"
     fi
     printf '%s\n' "${list[@]}" | sort -u > "$work/list"
-    mapfile -t extra < <(comm -23 "$work/would" "$work/list")
-    [ ${#extra[@]} -gt 0 ] || break
-    mapfile -t needed < <(_hw_pkg_reach "${extra[@]}" | comm -12 - "$work/list")
+    if [ ${#inst[@]} -gt 0 ]; then
+      mapfile -t needed < <(_hw_pkg_needed_by_others "$work/list")
+      all="would make apt install ${inst[*]}, which hpcwizard does not do"
+      some="purging it would make apt install ${inst[*]} for packages hpcwizard did not install"
+    else
+      mapfile -t extra < <(comm -23 "$work/would" "$work/list")
+      [ ${#extra[@]} -gt 0 ] || break
+      mapfile -t needed < <(_hw_pkg_reach "${extra[@]}" | comm -12 - "$work/list")
+      all="would also remove ${extra[*]}, which hpcwizard did not install"
+      some="${extra[*]} (not installed by hpcwizard) needs them"
+    fi
     if [ ${#needed[@]} -eq 0 ]; then
-      _hw_say "purging ${list[*]} would also remove ${extra[*]}, which hpcwizard did not install: kept them all"
+      _hw_say "purging ${list[*]} $all: kept them all"
       list=()
       break
     fi
-    _hw_say "kept ${needed[*]}: ${extra[*]} (not installed by hpcwizard) needs them"
+    _hw_say "kept ${needed[*]}: $some"
     mapfile -t list < <(printf '%s\n' "${list[@]}" | grep -vxF -f <(printf '%s\n' "${needed[@]}"))
   done
   if [ ${#list[@]} -gt 0 ]; then
