@@ -9,6 +9,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Static
 
+from hpcwizard import vocab
 from hpcwizard.i18n import N_, _, field
 
 from .widgets import WizardScreen, bullet_text
@@ -40,9 +41,8 @@ class RecommendScreen(WizardScreen):
         what = dict(framework=c.framework.upper() if c.framework == "mpi" else "PyTorch",
                     network="InfiniBand" if c.network == "ib" else "TCP",
                     user=plan.target.user, port=c.ssh_port)
-        # PyTorch has no SSH port (hpcwizard.choices.SSH_ONLY)
         head.append((_("{framework} over {network}, job user {user}, SSH port {port}")
-                     if c.framework == "mpi" else
+                     if vocab.uses_ssh(c.framework) else
                      _("{framework} over {network}, job user {user}")).format(**what) + "\n\n",
                     style="dim")
         if rec.path == "preset" and preset is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from typing import List
 
-from . import __version__, ops
+from . import __version__, ops, vocab
 from .i18n import _, comment, field
 from .plan import Plan
 from .dockerfile import dockerfile
@@ -69,7 +69,7 @@ def setup_script(plan: Plan) -> str:
                   "script.").format(version=__version__)),
         f"# framework={c.framework} network={c.network} user={plan.target.user}"
         + (f" ssh_port={c.ssh_port} host_keys={c.host_keys} peers={c.peers}"
-           if c.framework == "mpi" else ""),  # PyTorch gets no SSH settings
+           if vocab.uses_ssh(c.framework) else ""),
         comment(_("planned on: {os}").format(os=plan.os_label)),
         comment(_("Run as root, or as a user with passwordless sudo.")),
         comment(_("  bash {script}          apply (steps already done are skipped)").format(

@@ -25,7 +25,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from . import __version__
 from .i18n import _, comment
-from . import ops, runtime
+from . import ops, runtime, vocab
 from .plan import Plan
 from .vocab import EXPORT_FILE_NAMES
 
@@ -409,7 +409,7 @@ def launch_script(plan: Plan) -> str:
         f"#   bash {LAUNCH_NAME} [--hosts a,b,c | --hostfile FILE] [--] PROGRAM [ARGS...]",
         f"#   bash {LAUNCH_NAME} -- python train.py --lr 0.1",
         f"# framework={c.framework} network={c.network}"
-        + (f" ssh_port={c.ssh_port}" if c.framework == "mpi" else "")  # PyTorch has no SSH
+        + (f" ssh_port={c.ssh_port}" if vocab.uses_ssh(c.framework) else "")
         + f" user={plan.target.user}",
     ]
     if rec.path == "preset" and rec.preset is not None:

@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 from .apply import RunFinished, StepFinished, StepOutput, StepStarted
 from .i18n import N_, _, field
 from .plan import Plan
+from . import vocab
 
 
 def _indent(text: str, prefix: str = "      ") -> str:
@@ -47,7 +48,7 @@ def format_plan(plan: Plan, brief: bool = False, diffs: Optional[Mapping[str, st
         (_("  job user {user} (home {home}), SSH port {port}, host keys {host_keys}").format(
             user=plan.target.user, home=plan.target.home, port=c.ssh_port,
             host_keys=_(HOST_KEYS.get(c.host_keys, c.host_keys)))
-         if c.framework == "mpi" else
+         if vocab.uses_ssh(c.framework) else
          _("  job user {user} (home {home})").format(user=plan.target.user,
                                                      home=plan.target.home)),
         "",
