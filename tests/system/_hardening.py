@@ -34,7 +34,9 @@ if [ -n "${HPCWT_HOLD:-}" ] && [ -n "${BASH_EXECUTION_STRING:-}" ] && [ -r "$HPC
       if [ "${__hpcwt_at:-0}" = 0 ]; then
         echo "$__hpcwt_n" > "$HPCWT_HOLD/count.${#__hpcwt_step}.$BASHPID"
       elif [ "$__hpcwt_n" = "$__hpcwt_at" ]; then
-        echo "$BASHPID" > "$HPCWT_HOLD/ready"
+        # written aside and renamed: the test reads the pid as soon as "ready" exists
+        echo "$BASHPID" > "$HPCWT_HOLD/ready.$BASHPID"
+        mv -f "$HPCWT_HOLD/ready.$BASHPID" "$HPCWT_HOLD/ready"
         while [ ! -e "$HPCWT_HOLD/release" ]; do sleep 0.05; done
       fi
     }
