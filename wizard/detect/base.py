@@ -9,7 +9,6 @@ from __future__ import annotations
 import glob
 import os
 import threading
-from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from .. import proc
@@ -24,24 +23,28 @@ from .run import Result, Started, run, start
 TABLE_LIMIT = 64 * 1024 * 1024
 
 
-@dataclass
 class Context:
-    """What a probe may read and run: the root it looks at, and whether commands run."""
-    sysroot: str = "/"
-    run_commands: bool = True
-    timeout: float = 5.0
-    ssh_port: int = DEFAULT_SSH_PORT
-    # Whether to list Open MPI's components (ompi_info: a quarter of a second, for the UCX
-    # pml that only MPI over InfiniBand needs). A plan for TCP does without them.
-    mpi_components: bool = True
-    # The process environment that matters for the machine (Jupyter, Kubernetes). Empty for
-    # a foreign sysroot: this process's variables say nothing about that tree.
-    env: Mapping[str, str] = field(default_factory=dict)
-    # files that exist but were refused (a FIFO, a device, too large): path -> the reason,
-    # for the probes' notes
-    refused: Dict[str, str] = field(default_factory=dict)
-    # the commands started ahead of the probes that will run them (detect.commands)
-    ahead: "Ahead" = field(default_factory=lambda: Ahead(), repr=False, compare=False)
+    """What a probe may read and run: the root it looks at, and whether commands run.
+    (A plain class, as Found: see hpcwizard.frozen for what a dataclass costs detect.)"""
+
+    def __init__(self, sysroot: str = "/", run_commands: bool = True, timeout: float = 5.0,
+                 ssh_port: int = DEFAULT_SSH_PORT, mpi_components: bool = True,
+                 env: Optional[Mapping[str, str]] = None) -> None:
+        self.sysroot = sysroot
+        self.run_commands = run_commands
+        self.timeout = timeout
+        self.ssh_port = ssh_port
+        # Whether to list Open MPI's components (ompi_info: a quarter of a second, for the
+        # UCX pml that only MPI over InfiniBand needs). A plan for TCP does without them.
+        self.mpi_components = mpi_components
+        # The process environment that matters for the machine (Jupyter, Kubernetes).
+        # Empty for a foreign sysroot: this process's variables say nothing about that tree.
+        self.env: Mapping[str, str] = {} if env is None else env
+        # files that exist but were refused (a FIFO, a device, too large): path -> the
+        # reason, for the probes' notes
+        self.refused: Dict[str, str] = {}
+        # the commands started ahead of the probes that will run them (detect.commands)
+        self.ahead = Ahead()
 
     @property
     def local(self) -> bool:
@@ -189,13 +192,18 @@ def _reap_unasked(entries: List[_Entry]) -> None:
             entry.started.kill()
 
 
-@dataclass
 class Found:
     """What one probe learned. Keys are Facts fields ("cpus") or dotted ("software.mpi_version")."""
 
-    values: Dict[str, Any] = field(default_factory=dict)
-    notes: List[Note] = field(default_factory=list)
-    warnings: List[Note] = field(default_factory=list)
+    def __init__(self, values: Optional[Dict[str, Any]] = None,
+                 notes: Optional[List[Note]] = None,
+                 warnings: Optional[List[Note]] = None) -> None:
+        self.values: Dict[str, Any] = {} if values is None else values
+        self.notes: List[Note] = [] if notes is None else notes
+        self.warnings: List[Note] = [] if warnings is None else warnings
+
+    def __repr__(self) -> str:
+        return f"Found(values={self.values!r}, notes={self.notes!r}, warnings={self.warnings!r})"
 
     def set(self, key: str, value: Any) -> None:
         self.values[key] = value

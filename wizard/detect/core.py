@@ -1,7 +1,7 @@
 """Run every probe and merge what they found into one Facts.
 
 Each probe gets the same Context and its own Found. A probe that raises, or whose command
-times out, leaves its part of Facts at the dataclass default and adds a plain note; nothing
+times out, leaves its part of Facts at its default and adds a plain note; nothing
 escapes detect().
 
 The programs the probes run are all started first (detect.commands), then the probes read
@@ -14,16 +14,15 @@ hangs) do more threads take on the probes after it.
 """
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import os
 import shlex
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from ..facts import Facts, Note
+from ..frozen import field_names, frozen, replace
 from ..i18n import N_
 from ..vocab import DEFAULT_SSH_PORT
 from . import commands
@@ -36,7 +35,7 @@ from .run import CommandTimeout
 NO_COMMANDS_NOTE = "Commands were not run"
 
 
-@dataclass(frozen=True)
+@frozen
 class Probe:
     """One question detect answers, and the function that answers it."""
     name: str
@@ -96,12 +95,12 @@ def merge(founds: Sequence[Found], notes: Sequence[Note] = ()) -> Facts:
     all_notes: List[Note] = list(notes)
     warnings: List[Note] = []
     defaults = Facts()
-    fields = {f.name for f in dataclasses.fields(Facts)} - {"notes", "warnings"}
+    fields = set(field_names(Facts)) - {"notes", "warnings"}
     for f in founds:
         for key, value in f.values.items():
             outer, _, inner = key.partition(".")
             ok = outer in fields and (
-                not inner or inner in {x.name for x in dataclasses.fields(getattr(defaults, outer))}
+                not inner or inner in field_names(type(getattr(defaults, outer)))
             )
             if not ok:  # a probe bug; say so rather than fail
                 all_notes.append(note("internal.unknown-fact", key=key))
@@ -112,7 +111,7 @@ def merge(founds: Sequence[Found], notes: Sequence[Note] = ()) -> Facts:
         all_notes.extend(n for n in f.notes if n not in all_notes)
         warnings.extend(w for w in f.warnings if w not in warnings)
     for outer, values in nested.items():
-        top[outer] = dataclasses.replace(top.get(outer, getattr(defaults, outer)), **values)
+        top[outer] = replace(top.get(outer, getattr(defaults, outer)), **values)
     return Facts(**top, notes=tuple(all_notes), warnings=tuple(warnings))
 
 

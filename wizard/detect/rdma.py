@@ -8,12 +8,11 @@ installed, fills gaps and tells whether user space can see the devices at all.
 """
 from __future__ import annotations
 
-import ipaddress
 import re
-from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..facts import Hca, Note, Port, Rdma
+from ..frozen import frozen, replace
 from ..i18n import N_
 from ..inputs import ascii_int
 from .base import Context, Found
@@ -129,6 +128,8 @@ def parse_ulimit_l(text: str) -> Tuple[Optional[int], bool]:
 def is_ipv4_gid(text: str) -> bool:
     """A GID as sysfs prints it ('0000:0000:0000:0000:0000:ffff:0a00:0005') that is an IPv4
     address (::ffff:a.b.c.d, here 10.0.0.5): what RoCE v2 routes across IP subnets."""
+    import ipaddress  # here: only a machine with RDMA devices has GIDs to read
+
     try:
         v4 = ipaddress.IPv6Address((text or "").strip()).ipv4_mapped
     except ValueError:
@@ -142,7 +143,7 @@ def leading_numbers(text: str, count: int) -> Tuple[int, ...]:
     return tuple(int(g) for g in m.groups()) if m else ()
 
 
-@dataclass(frozen=True)
+@frozen
 class DmaBuf:
     """What DMA-BUF GPUDirect needs, as read here (see DMABUF_KERNEL)."""
     kernel: str = ""  # the running kernel's release, "" when unreadable
