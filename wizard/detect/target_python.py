@@ -366,7 +366,9 @@ def first_dist_info(name: str, paths: Sequence[str],
     for d in paths:
         for child in listing(d, cache):
             low = child.lower()
-            if low.endswith((".dist-info", ".egg-info")):
+            # the first letter first: normalising every entry of a big site-packages (a
+            # regular expression each) was most of the torch probe
+            if low[:1] == wanted[:1] and low.endswith((".dist-info", ".egg-info")):
                 if _normalise(low.rpartition(".")[0].partition("-")[0]) == wanted:
                     return os.path.join(d, child)
     return None
