@@ -356,6 +356,20 @@ def test_parse_if_inet6():
     assert v6 == {"eth0": ["fe80::211:22ff:fe33:4455/64"], "lo": ["::1/128"]}
 
 
+@pytest.mark.parametrize("address", [
+    "::", "::1", "fe80::211:22ff:fe33:4455", "2001:db8::1:0:0:1", "2001:db8:0:0:1::1",
+    "fd00::2", "1:2:3:4:5:6:7:8", "::ffff:10.0.0.5", "::10.0.0.5", "::ffff:0:1.2.3.4",
+    "64:ff9b::1.2.3.4", "2001:db8:85a3::8a2e:370:7334", "0:0:1::"])
+def test_if_inet6_addresses_are_written_as_ipaddress_writes_them(address):
+    """inet_ntop stands in for ipaddress, and agrees with it, the IPv4-tailed forms included
+    (which inet_ntop writes in dots: those go through ipaddress)."""
+    import ipaddress
+
+    packed = ipaddress.IPv6Address(address).packed
+    line = f"{packed.hex()} 02 40 00 80 eth0\n"
+    assert net.parse_if_inet6(line) == {"eth0": [f"{ipaddress.IPv6Address(address)}/64"]}
+
+
 def test_parse_cpuinfo_and_meminfo():
     assert hardware.parse_cpuinfo((SYSROOTS / "debian12/proc/cpuinfo").read_text()) == 4
     assert hardware.parse_meminfo((SYSROOTS / "debian12/proc/meminfo").read_text()) == 16000

@@ -287,7 +287,7 @@ def test_detect_of_a_sysroot_reads_its_mirrors_and_connects_nowhere(tmp_path, mo
     def no_connection(*a, **kw):
         raise AssertionError("a foreign sysroot's mirrors must not be probed from here")
 
-    monkeypatch.setattr(mirrors.socket, "create_connection", no_connection)
+    monkeypatch.setattr(mirrors, "connect_tcp", no_connection)
     f = detect(str(tmp_path / "r"), run_commands=True)
     assert f.mirrors == ("mirrors.rockylinux.org:443",)
     assert f.mirrors_reachable is None

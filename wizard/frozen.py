@@ -69,7 +69,7 @@ def _init(self: Any, *args: Any, **kwargs: Any) -> None:
     for name, value in kwargs.items():
         if name in values:
             raise TypeError(f"{cls.__name__}() got multiple values for argument {name!r}")
-        if name not in cls._defaults and name not in names:
+        if name not in names:
             raise TypeError(f"{cls.__name__}() got an unexpected keyword argument {name!r}")
         values[name] = value
     if len(values) < len(names):

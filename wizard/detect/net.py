@@ -7,7 +7,7 @@ machine only, each interface's primary IPv4 address through an ioctl.
 from __future__ import annotations
 
 import json
-import socket
+import _socket  # not socket: see hpcwizard.detect.mirrors.connect_tcp
 import struct
 from typing import Dict, List, Optional, Tuple
 
@@ -61,7 +61,7 @@ def _ipv6_text(packed: bytes) -> str:
     ipaddress (1.5 ms of detect), except that it writes an address with an IPv4 tail
     (::a.b.c.d) in dots, which ipaddress does not: those, which no interface carries in
     practice, go through ipaddress."""
-    text = socket.inet_ntop(socket.AF_INET6, packed)
+    text = _socket.inet_ntop(_socket.AF_INET6, packed)
     if "." in text:
         import ipaddress
 
@@ -92,14 +92,16 @@ def _ipv4_of(name: str) -> Optional[str]:
     except ImportError:  # pragma: no cover - not Linux
         return None
     packed = struct.pack("256s", name.encode()[:15])
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            addr = fcntl.ioctl(s.fileno(), 0x8915, packed)[20:24]  # SIOCGIFADDR
-            mask = fcntl.ioctl(s.fileno(), 0x891B, packed)[20:24]  # SIOCGIFNETMASK
-        except OSError:
-            return None
+    s = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
+    try:
+        addr = fcntl.ioctl(s.fileno(), 0x8915, packed)[20:24]  # SIOCGIFADDR
+        mask = fcntl.ioctl(s.fileno(), 0x891B, packed)[20:24]  # SIOCGIFNETMASK
+    except OSError:
+        return None
+    finally:
+        s.close()
     prefix = bin(int.from_bytes(mask, "big")).count("1")
-    return f"{socket.inet_ntoa(addr)}/{prefix}"
+    return f"{_socket.inet_ntoa(addr)}/{prefix}"
 
 
 def from_sysfs(ctx: Context) -> Tuple[Iface, ...]:
