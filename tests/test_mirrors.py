@@ -335,3 +335,41 @@ def test_unreachable_mirrors_do_not_matter_when_nothing_is_to_install():
     pk = [s for s in plan.steps if s.id == "packages/install"]
     assert pk and all(s.satisfied for s in pk), [s.packages for s in pk]
     assert not any("mirrors cannot be reached" in r for r in plan.recommendation.reasons)
+
+
+def test_the_connections_begin_with_the_programs_and_the_probe_takes_them(monkeypatch, listening):
+    """detect.commands.start begins the mirrors' connections on this machine (name resolution
+    and the handshake go on while the other probes read); the probe, in its turn, takes that
+    answer instead of connecting again."""
+    from hpcwizard.detect import commands
+
+    monkeypatch.setattr(mirrors, "sources", lambda ctx: [(f"http://127.0.0.1:{listening}/debian", None)])
+    asked, release = threading.Event(), threading.Event()
+    calls = []
+
+    def connect(ep, timeout):
+        calls.append(ep)
+        asked.set()
+        assert release.wait(30)
+        return socket.create_connection(ep, timeout=timeout)
+
+    monkeypatch.setattr(mirrors, "connect_tcp", connect)
+    ctx = Context(sysroot="/", run_commands=True, env={})
+    monkeypatch.setattr(ctx, "start", lambda argv, timeout=None: None)  # no programs
+    commands.start(ctx)
+    assert asked.wait(30), "start() did not begin the connection"
+    assert isinstance(ctx.begun.get("mirrors"), mirrors.Reaching)
+    release.set()
+    found = Found()
+    mirrors.probe(ctx, found)
+    assert found.values["mirrors_reachable"] is True
+    assert calls == [("127.0.0.1", listening)]  # one connection: the probe took the early one
+    assert "mirrors" not in ctx.begun
+
+
+def test_nothing_begins_for_another_tree(tmp_path):
+    from hpcwizard.detect import commands
+
+    ctx = root_with(tmp_path, {"etc/apt/sources.list": "deb http://deb.debian.org/debian bookworm main\n"})
+    commands.start(ctx)
+    assert ctx.begun == {}

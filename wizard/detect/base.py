@@ -45,6 +45,9 @@ class Context:
         self.refused: Dict[str, str] = {}
         # the commands started ahead of the probes that will run them (detect.commands)
         self.ahead = Ahead()
+        # what else a probe began ahead of its turn, by the probe's name (the mirrors'
+        # connections): the probe takes it, or does the work itself
+        self.begun: Dict[str, Any] = {}
 
     @property
     def local(self) -> bool:

@@ -7,8 +7,9 @@ if it ran the program itself. What is asked only after an answer (sshd -h when -
 nothing, `sudo -n true`, rpm after dpkg, the python3 that reads PyTorch where its files do
 not answer, df and ulimit for another tree) runs when it is asked.
 
-This module imports nothing of the probes': the first program starts before any probe
-module has loaded.
+This module imports nothing of the probes' before the programs have started; then the
+mirrors probe's connections begin too (name resolution and a TCP handshake, tens of
+milliseconds on a cloud machine), for the last probe to take.
 """
 from __future__ import annotations
 
@@ -82,3 +83,9 @@ def start(ctx: Context) -> None:
     # refusal is logged (and may be mailed to the administrator). Root asks none.
     if os.getuid() != 0:
         ctx.start(SUDO_VALIDATE)
+    from . import mirrors  # after the programs: its import and its reading wait for them
+
+    try:
+        mirrors.start(ctx)
+    except Exception:  # noqa: BLE001 - the probe meets it again in its turn, and says so
+        pass

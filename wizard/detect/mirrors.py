@@ -225,33 +225,50 @@ def reachable(endpoints: Sequence[Endpoint], timeout: float = CONNECT_TIMEOUT,
     """Does a TCP connection to any of them open? All are tried at once; the answer comes at
     the first success, or when all failed, and never later than timeout + SLACK (a name that
     takes longer to resolve counts as failed; its thread is left to end by itself)."""
-    if not endpoints:
-        return False
-    connect = connect or connect_tcp
-    done = threading.Event()
-    lock = threading.Lock()
-    state = {"left": len(endpoints), "ok": False}
+    return Reaching(endpoints, timeout, connect).result()
 
-    def attempt(ep: Endpoint) -> None:
-        ok = False
-        try:
-            connect(ep, timeout=timeout).close()
-            ok = True
-        except (OSError, ValueError):
-            pass
-        with lock:
-            state["left"] -= 1
-            state["ok"] = state["ok"] or ok
-            if ok or state["left"] == 0:
-                done.set()
 
-    for ep in endpoints:
-        # daemon threads: a resolver stuck past the bound must not hold up hpcwizard's exit
-        threading.Thread(target=attempt, args=(ep,), daemon=True,
-                         name="hpcwizard-mirror").start()
-    done.wait(timeout + SLACK)
-    with lock:
-        return bool(state["ok"])
+class Reaching:
+    """reachable() begun now, answered by result(): the probe starts it with the programs
+    (detect.commands), so that name resolution and the connection (milliseconds here, tens
+    of them on a cloud machine) go on while the other probes read."""
+
+    def __init__(self, endpoints: Sequence[Endpoint], timeout: float = CONNECT_TIMEOUT,
+                 connect: Optional[Callable[..., Any]] = None) -> None:
+        self.endpoints = tuple(endpoints)
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._state = {"left": len(self.endpoints), "ok": False}
+        self._until = time.monotonic() + timeout + SLACK
+        self.began = time.monotonic()
+        if not self.endpoints:
+            self._done.set()
+            return
+        connect = connect or connect_tcp
+        done, lock, state = self._done, self._lock, self._state
+
+        def attempt(ep: Endpoint) -> None:
+            ok = False
+            try:
+                connect(ep, timeout=timeout).close()
+                ok = True
+            except (OSError, ValueError):
+                pass
+            with lock:
+                state["left"] -= 1
+                state["ok"] = state["ok"] or ok
+                if ok or state["left"] == 0:
+                    done.set()
+
+        for ep in self.endpoints:
+            # daemon threads: a resolver stuck past the bound must not hold up the exit
+            threading.Thread(target=attempt, args=(ep,), daemon=True,
+                             name="hpcwizard-mirror").start()
+
+    def result(self) -> bool:
+        self._done.wait(max(0.0, self._until - time.monotonic()))
+        with self._lock:
+            return bool(self._state["ok"])
 
 
 # --- the probe -------------------------------------------------------------------------------
@@ -292,13 +309,22 @@ def sources(ctx: Context) -> List[Tuple[str, Optional[str]]]:
     return found
 
 
+def start(ctx: Context) -> None:
+    """Begin the probe's connections now (detect.commands, with the programs), where the
+    probe will connect: the probe takes them (ctx.begun), or starts its own."""
+    if ctx.run_commands and ctx.local:
+        targets, local = _where(ctx)[1:3]
+        if targets and not local:
+            ctx.begun["mirrors"] = Reaching(targets[:MAX_HOSTS], min(CONNECT_TIMEOUT, ctx.timeout))
+
+
 def probe(ctx: Context, found: Found) -> None:
     describe(ctx, found, may_connect=ctx.run_commands and ctx.local)
 
 
-def describe(ctx: Context, found: Found, may_connect: bool,
-             timeout: float = CONNECT_TIMEOUT) -> None:
-    """The probe, with whether to connect given (tests point it at a sysroot and connect)."""
+def _where(ctx: Context) -> Tuple[List[str], List[Endpoint], bool, List[str]]:
+    """(the mirrors as shown, the endpoints to connect to, whether a source is a local
+    directory, the proxies as shown)."""
     mirrors: List[str] = []
     targets: List[Endpoint] = []
     proxies: List[str] = []
@@ -328,6 +354,13 @@ def describe(ctx: Context, found: Found, may_connect: bool,
             proxies.append(show(target))
         if target not in targets:
             targets.append(target)
+    return mirrors, targets, local, proxies
+
+
+def describe(ctx: Context, found: Found, may_connect: bool,
+             timeout: float = CONNECT_TIMEOUT) -> None:
+    """The probe, with whether to connect given (tests point it at a sysroot and connect)."""
+    mirrors, targets, local, proxies = _where(ctx)
     found.set("mirrors", tuple(mirrors))
     found.set("mirrors_proxy", ", ".join(proxies))
     if not may_connect:
@@ -338,8 +371,12 @@ def describe(ctx: Context, found: Found, may_connect: bool,
     if not targets:
         found.note("mirrors.none-configured")
         return
-    start = time.monotonic()
-    ok = reachable(targets[:MAX_HOSTS], timeout=min(timeout, ctx.timeout))
+    tried_now = tuple(targets[:MAX_HOSTS])
+    reaching = ctx.begun.pop("mirrors", None)
+    if not isinstance(reaching, Reaching) or reaching.endpoints != tried_now:
+        reaching = Reaching(tried_now, min(timeout, ctx.timeout))
+    start = reaching.began
+    ok = reaching.result()
     found.set("mirrors_reachable", ok)
     if not ok:
         tried = ", ".join(show(t) for t in targets[:MAX_HOSTS])
