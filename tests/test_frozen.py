@@ -148,3 +148,12 @@ def test_detect_loads_no_dataclasses():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == [0, False, True]
+
+
+def test_pprint_and_pytest_s_pprint_show_a_record():
+    """pprint (3.10 on) reads __dataclass_params__ of whatever is_dataclass calls one."""
+    import pprint
+
+    port = facts.Port("mlx5_0", 1)
+    assert pprint.pformat(port, width=200) == repr(port)
+    assert facts.Port.__dataclass_params__.frozen and facts.Port.__dataclass_params__.eq

@@ -39,10 +39,15 @@ class factory:  # noqa: N801 - reads as a default value: `= factory(dict)`
 
 
 class _DataclassFields:
-    """`__dataclass_fields__`, made by dataclasses from the record's own fields the first
-    time something asks (hasattr included), then kept on the class."""
+    """`__dataclass_fields__` (or `__dataclass_params__`), made by dataclasses from the
+    record's own fields the first time something asks (hasattr included), then kept on the
+    class. The params too: pprint reads them of whatever is_dataclass calls a dataclass, as
+    does @dataclass of a base class."""
 
-    def __get__(self, obj: Any, cls: type) -> Dict[str, Any]:
+    def __init__(self, attribute: str = "__dataclass_fields__") -> None:
+        self.attribute = attribute
+
+    def __get__(self, obj: Any, cls: type) -> Any:
         import dataclasses
 
         spec = []
@@ -55,9 +60,10 @@ class _DataclassFields:
                 spec.append((name, cls.__annotations__[name]))
             else:
                 spec.append((name, cls.__annotations__[name], dataclasses.field(default=kept)))
-        fields = dataclasses.make_dataclass(cls.__name__, spec, frozen=True).__dataclass_fields__
-        type.__setattr__(cls, "__dataclass_fields__", fields)
-        return fields
+        made = dataclasses.make_dataclass(cls.__name__, spec, frozen=True)
+        for attribute in ("__dataclass_fields__", "__dataclass_params__"):
+            type.__setattr__(cls, attribute, made.__dict__[attribute])
+        return made.__dict__[self.attribute]
 
 
 def _init(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -140,6 +146,7 @@ def frozen(cls: type) -> type:
     cls.__delattr__ = _delattr
     cls.__match_args__ = names
     cls.__dataclass_fields__ = _DataclassFields()
+    cls.__dataclass_params__ = _DataclassFields("__dataclass_params__")
     return cls
 
 
