@@ -157,3 +157,9 @@ def test_pprint_and_pytest_s_pprint_show_a_record():
     port = facts.Port("mlx5_0", 1)
     assert pprint.pformat(port, width=200) == repr(port)
     assert facts.Port.__dataclass_params__.frozen and facts.Port.__dataclass_params__.eq
+
+
+@pytest.mark.skipif(sys.version_info < (3, 13), reason="copy.replace is 3.13's")
+def test_copy_replace_changes_a_record_as_it_does_a_dataclass():
+    port = facts.Port("mlx5_0", 1)
+    assert copy.replace(port, number=2) == dataclasses.replace(port, number=2)

@@ -145,6 +145,7 @@ def frozen(cls: type) -> type:
     cls.__setattr__ = _setattr
     cls.__delattr__ = _delattr
     cls.__match_args__ = names
+    cls.__replace__ = replace  # copy.replace (3.13), as dataclasses define it
     cls.__dataclass_fields__ = _DataclassFields()
     cls.__dataclass_params__ = _DataclassFields("__dataclass_params__")
     return cls
