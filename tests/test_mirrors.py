@@ -373,3 +373,25 @@ def test_nothing_begins_for_another_tree(tmp_path):
     ctx = root_with(tmp_path, {"etc/apt/sources.list": "deb http://deb.debian.org/debian bookworm main\n"})
     commands.start(ctx)
     assert ctx.begun == {}
+
+
+def test_an_address_family_the_kernel_refuses_moves_on_to_the_next_address(monkeypatch, listening):
+    """As socket.create_connection: a name with an IPv6 address first, on a kernel without
+    IPv6 (socket() itself fails, EAFNOSUPPORT), is still reached over IPv4."""
+    import _socket
+    import errno
+    import types
+
+    def getaddrinfo(host, port, family, kind):
+        return [(_socket.AF_INET6, kind, 6, "", ("::1", port, 0, 0)),
+                (_socket.AF_INET, kind, 6, "", ("127.0.0.1", port))]
+
+    def make_socket(family, kind, proto):
+        if family == _socket.AF_INET6:
+            raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol")
+        return _socket.socket(family, kind, proto)
+
+    fake = types.SimpleNamespace(getaddrinfo=getaddrinfo, socket=make_socket,
+                                 SOCK_STREAM=_socket.SOCK_STREAM)
+    monkeypatch.setattr(mirrors, "_socket", fake)
+    mirrors.connect_tcp(("localhost", listening), timeout=5).close()

@@ -209,14 +209,18 @@ def connect_tcp(ep: Endpoint, timeout: float) -> "_socket.socket":
     error: Optional[OSError] = None
     for family, kind, proto, _name, address in _socket.getaddrinfo(
             host.encode("ascii"), port, 0, _socket.SOCK_STREAM):
-        sock = _socket.socket(family, kind, proto)
+        sock: Optional["_socket.socket"] = None
         try:
+            # inside the try, as in create_connection: a family the kernel lacks (IPv6
+            # turned off, the name's AAAA first) fails here, and the next address is tried
+            sock = _socket.socket(family, kind, proto)
             sock.settimeout(timeout)
             sock.connect(address)
             return sock
         except OSError as exc:
             error = exc
-            sock.close()
+            if sock is not None:
+                sock.close()
     raise error or OSError(f"{host}: no address")
 
 
