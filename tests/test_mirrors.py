@@ -395,3 +395,22 @@ def test_an_address_family_the_kernel_refuses_moves_on_to_the_next_address(monke
                                  SOCK_STREAM=_socket.SOCK_STREAM)
     monkeypatch.setattr(mirrors, "_socket", fake)
     mirrors.connect_tcp(("localhost", listening), timeout=5).close()
+
+
+def test_the_wait_a_note_gives_is_the_connections_not_the_other_probes(monkeypatch):
+    """Begun with the programs, refused at once, taken by the probe a while later: the note
+    says how long the connections took (as when the probe connected in its turn), not how
+    long the probes before it read."""
+    def refused(ep, timeout):
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(mirrors, "sources", lambda ctx: [("http://mirror.example:80/debian", None)])
+    monkeypatch.setattr(mirrors, "connect_tcp", refused)
+    ctx = Context(sysroot="/", run_commands=True, env={})
+    mirrors.start(ctx)
+    time.sleep(0.3)  # the other probes
+    found = Found()
+    mirrors.probe(ctx, found)
+    assert found.values["mirrors_reachable"] is False
+    [n] = [n for n in found.notes if n.code == "mirrors.none-answered"]
+    assert n.to_dict()["args"]["seconds"] == "0.0", n

@@ -242,10 +242,11 @@ class Reaching:
         self.endpoints = tuple(endpoints)
         self._done = threading.Event()
         self._lock = threading.Lock()
-        self._state = {"left": len(self.endpoints), "ok": False}
+        self._state: Dict[str, Any] = {"left": len(self.endpoints), "ok": False, "at": None}
         self._until = time.monotonic() + timeout + SLACK
         self.began = time.monotonic()
         if not self.endpoints:
+            self._state["at"] = self.began
             self._done.set()
             return
         connect = connect or connect_tcp
@@ -262,6 +263,8 @@ class Reaching:
                 state["left"] -= 1
                 state["ok"] = state["ok"] or ok
                 if ok or state["left"] == 0:
+                    if state["at"] is None:
+                        state["at"] = time.monotonic()
                     done.set()
 
         for ep in self.endpoints:
@@ -273,6 +276,14 @@ class Reaching:
         self._done.wait(max(0.0, self._until - time.monotonic()))
         with self._lock:
             return bool(self._state["ok"])
+
+    def waited(self) -> float:
+        """How long the connections took to answer (or the bound, for those that did not):
+        begun early, the answer may have waited longer still for the probe to take it, and
+        that is no time a mirror was given."""
+        with self._lock:
+            at = self._state["at"]
+        return (min(time.monotonic(), self._until) if at is None else at) - self.began
 
 
 # --- the probe -------------------------------------------------------------------------------
@@ -379,10 +390,9 @@ def describe(ctx: Context, found: Found, may_connect: bool,
     reaching = ctx.begun.pop("mirrors", None)
     if not isinstance(reaching, Reaching) or reaching.endpoints != tried_now:
         reaching = Reaching(tried_now, min(timeout, ctx.timeout))
-    start = reaching.began
     ok = reaching.result()
     found.set("mirrors_reachable", ok)
     if not ok:
         tried = ", ".join(show(t) for t in targets[:MAX_HOSTS])
-        found.note("mirrors.none-answered", seconds=f"{time.monotonic() - start:.1f}",
+        found.note("mirrors.none-answered", seconds=f"{reaching.waited():.1f}",
                    tried=tried)
