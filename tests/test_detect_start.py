@@ -103,6 +103,26 @@ def test_the_entry_point_exits_with_mains_status_and_leaves_teardown_to_the_exit
     assert len(bad.stderr.splitlines()) == 1 and "Traceback" not in bad.stderr
 
 
+@pytest.mark.parametrize("how", ["script", "module"])
+def test_detect_ends_at_once_with_all_its_output_written(how, tmp_path):
+    """detect leaves nothing for the teardown, and its process ends without it (atexit
+    included, which is how the test sees it); what it printed is all there, in a pipe and
+    in a file."""
+    piped = entry(["detect", "--json"], how)
+    assert piped.returncode == 0, piped.stderr
+    assert "frozen" not in piped.stdout  # the exit did not wait for the teardown
+    assert json.loads(piped.stdout)["os"]["id"]
+    into = tmp_path / "facts.json"
+    start = {"script": "from hpcwizard.cli import run; run()",
+             "module": "import runpy; runpy.run_module('hpcwizard', run_name='__main__')"}[how]
+    with into.open("w") as out:
+        done = subprocess.run([sys.executable, "-c", "import sys; sys.argv = ['hpcwizard', "
+                               "'detect', '--json']\n" + start], stdout=out, timeout=60)
+    assert done.returncode == 0
+    written = into.read_text()
+    assert written.endswith("}\n") and json.loads(written).keys() == json.loads(piped.stdout).keys()
+
+
 def test_the_installed_script_enters_through_run():
     text = (ROOT / "pyproject.toml").read_text()
     assert 'hpcwizard = "hpcwizard.cli:run"' in text
