@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -380,7 +381,6 @@ def test_an_address_family_the_kernel_refuses_moves_on_to_the_next_address(monke
     IPv6 (socket() itself fails, EAFNOSUPPORT), is still reached over IPv4."""
     import _socket
     import errno
-    import types
 
     def getaddrinfo(host, port, family, kind):
         return [(_socket.AF_INET6, kind, 6, "", ("::1", port, 0, 0)),
@@ -406,9 +406,12 @@ def test_the_wait_a_note_gives_is_the_connections_not_the_other_probes(monkeypat
 
     monkeypatch.setattr(mirrors, "sources", lambda ctx: [("http://mirror.example:80/debian", None)])
     monkeypatch.setattr(mirrors, "connect_tcp", refused)
+    clock = [1000.0]  # the probe's clock, moved by hand: no test waits for a fixed time
+    monkeypatch.setattr(mirrors, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     ctx = Context(sysroot="/", run_commands=True, env={})
     mirrors.start(ctx)
-    time.sleep(0.3)  # the other probes
+    assert ctx.begun["mirrors"]._done.wait(30)  # refused, at once
+    clock[0] += 0.3  # the other probes read
     found = Found()
     mirrors.probe(ctx, found)
     assert found.values["mirrors_reachable"] is False
