@@ -359,7 +359,7 @@ def test_the_connections_begin_with_the_programs_and_the_probe_takes_them(monkey
     monkeypatch.setattr(ctx, "start", lambda argv, timeout=None: None)  # no programs
     commands.start(ctx)
     assert asked.wait(30), "start() did not begin the connection"
-    assert isinstance(ctx.begun.get("mirrors"), mirrors.Reaching)
+    assert isinstance(ctx.begun.get("mirrors", (None, None))[1], mirrors.Reaching)
     release.set()
     found = Found()
     mirrors.probe(ctx, found)
@@ -410,7 +410,7 @@ def test_the_wait_a_note_gives_is_the_connections_not_the_other_probes(monkeypat
     monkeypatch.setattr(mirrors, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     ctx = Context(sysroot="/", run_commands=True, env={})
     mirrors.start(ctx)
-    assert ctx.begun["mirrors"]._done.wait(30)  # refused, at once
+    assert ctx.begun["mirrors"][1]._done.wait(30)  # refused, at once
     clock[0] += 0.3  # the other probes read
     found = Found()
     mirrors.probe(ctx, found)

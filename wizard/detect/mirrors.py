@@ -328,9 +328,12 @@ def start(ctx: Context) -> None:
     """Begin the probe's connections now (detect.commands, with the programs), where the
     probe will connect: the probe takes them (ctx.begun), or starts its own."""
     if ctx.run_commands and ctx.local:
-        targets, local = _where(ctx)[1:3]
+        where = _where(ctx)
+        targets, local = where[1:3]
         if targets and not local:
-            ctx.begun["mirrors"] = Reaching(targets[:MAX_HOSTS], min(CONNECT_TIMEOUT, ctx.timeout))
+            # with what it was begun for: the probe reads the sources once, here
+            ctx.begun["mirrors"] = (where, Reaching(targets[:MAX_HOSTS],
+                                                    min(CONNECT_TIMEOUT, ctx.timeout)))
 
 
 def probe(ctx: Context, found: Found) -> None:
@@ -375,7 +378,8 @@ def _where(ctx: Context) -> Tuple[List[str], List[Endpoint], bool, List[str]]:
 def describe(ctx: Context, found: Found, may_connect: bool,
              timeout: float = CONNECT_TIMEOUT) -> None:
     """The probe, with whether to connect given (tests point it at a sysroot and connect)."""
-    mirrors, targets, local, proxies = _where(ctx)
+    where, reaching = ctx.begun.pop("mirrors", (None, None))
+    mirrors, targets, local, proxies = where or _where(ctx)
     found.set("mirrors", tuple(mirrors))
     found.set("mirrors_proxy", ", ".join(proxies))
     if not may_connect:
@@ -386,10 +390,8 @@ def describe(ctx: Context, found: Found, may_connect: bool,
     if not targets:
         found.note("mirrors.none-configured")
         return
-    tried_now = tuple(targets[:MAX_HOSTS])
-    reaching = ctx.begun.pop("mirrors", None)
-    if not isinstance(reaching, Reaching) or reaching.endpoints != tried_now:
-        reaching = Reaching(tried_now, min(timeout, ctx.timeout))
+    if reaching is None:
+        reaching = Reaching(targets[:MAX_HOSTS], min(timeout, ctx.timeout))
     ok = reaching.result()
     found.set("mirrors_reachable", ok)
     if not ok:
