@@ -1,10 +1,13 @@
 """The documents hold together: every relative link in the front pages, docs/ and
 bench/RESULTS.md reaches a file in the repository (and, with #anchor, a heading of that
-file, by GitHub's rule for heading ids), and each front page is a front page: at most 300
-lines, the install-and-start command in its first 40, the CI's test command in it."""
+file, by GitHub's rule for heading ids); each front page is a front page: at most 300
+lines, the install-and-start command in its first 40, the CI's test command in it; and
+docs/commands.md names every command, option and choice that --help offers."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import unicodedata
 from pathlib import Path
 from typing import Dict, List, Set
@@ -113,3 +116,28 @@ def test_the_front_pages_link_to_each_other(page: Path) -> None:
     other = "README.zh.md" if page.name == "README.md" else "README.md"
     head = "\n".join(page.read_text(encoding="utf-8").splitlines()[:5])
     assert f"]({other})" in head
+
+
+def _help(*args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "hpcwizard", "--lang", "en", *args, "--help"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_the_commands_reference_names_every_command_option_and_format() -> None:
+    """docs/commands.md is the reference: whatever --help offers, it describes."""
+    reference = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
+    top = _help()
+    commands = re.search(r"\{(detect,[a-z,]+)\}", top).group(1).split(",")
+    missing = []
+    for command in [None, *commands]:
+        text = top if command is None else _help(command)
+        usage = text.split("\n\n")[0]  # the usage lines name every option and choice
+        words = set(re.findall(r"(?<![\w-])(--?[a-z][a-z0-9-]*)", usage)) - {"-h", "--help"}
+        words |= {c for group in re.findall(r"\{([a-z0-9,]+)\}", usage) for c in group.split(",")}
+        if command:
+            words.add(command)
+        missing += [f"{command or 'hpcwizard'}: {w}" for w in sorted(words)
+                    if not re.search(rf"(?<![\w-]){re.escape(w)}(?![\w-])", reference)]
+    assert len(commands) >= 8 and missing == []
