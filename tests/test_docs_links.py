@@ -141,3 +141,19 @@ def test_the_commands_reference_names_every_command_option_and_format() -> None:
         missing += [f"{command or 'hpcwizard'}: {w}" for w in sorted(words)
                     if not re.search(rf"(?<![\w-]){re.escape(w)}(?![\w-])", reference)]
     assert len(commands) >= 8 and missing == []
+
+
+def test_the_readme_plan_is_what_plan_prints() -> None:
+    """README's plan excerpt is real output: each line of it is a line of the plan the golden
+    test holds `hpcwizard plan` to for MPI over TCP as root on Debian 12 (how many packages
+    are missing depends on the machine it ran on, so the counts are set aside)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"^## What a plan looks like$.*?^```\n(.*?)^```$", readme, re.M | re.S)
+    assert block, "README.md: no plan excerpt under 'What a plan looks like'"
+    shown = [line for line in block.group(1).splitlines()
+             if not line.startswith(("$ ", "[…")) and line.strip()]
+    golden = ROOT / "tests" / "golden" / "plan-texts" / "debian12-mpi-tcp-root.txt"
+    count = re.compile(r"\b\d+ packages\b")
+    printed = {count.sub("N packages", line) for line in golden.read_text(encoding="utf-8").splitlines()}
+    assert len(shown) >= 10
+    assert [line for line in shown if count.sub("N packages", line) not in printed] == []
