@@ -641,9 +641,10 @@ hw_rt_rank() {
 _hw_rt_port_open() { timeout 2 bash -c ': </dev/tcp/"$1"/"$2"' _ "$1" "$2" 2>/dev/null; }
 
 # hw_rt_sshd PORT: an sshd listening on PORT; one already listening is used as it is, never
-# signalled. As root the system's (/run/sshd, host keys made when there are none), else the
-# user's own: sshd -f ~/.sshd_config (written by 'hpcwizard apply' as that user). Needs
-# ops.sh's _hw_say, _hw_is_sshd and _hw_sshd_pid (the launch script embeds them).
+# signalled. As root the system's, else the user's own: sshd -f ~/.sshd_config (written by
+# 'hpcwizard apply' as that user). ops.sh's _hw_sshd_exec starts it, as apply's hw_sshd
+# does; _hw_say, _hw_is_sshd and _hw_sshd_pid find one running (the launch script embeds
+# the four).
 hw_rt_sshd() {
   local port=$1 i pid pidfile=/run/sshd.pid config='' systemd=0 unit=ssh
   if [ "$(id -u)" -ne 0 ]; then
@@ -653,7 +654,7 @@ hw_rt_sshd() {
     pidfile=$(awk '$1 == "PidFile" {print $2; exit}' "$config" 2>/dev/null) || true
     pidfile=${pidfile:-$HOME/.ssh/sshd.pid}
   fi
-  : "$config" "$systemd" "$unit"  # read by _hw_sshd_pid
+  : "$config" "$systemd" "$unit"  # read by _hw_sshd_pid and _hw_sshd_exec
   if _hw_rt_port_open 127.0.0.1 "$port"; then
     if pid=$(_hw_sshd_pid 2>&1); then
       _hw_rt_log "sshd (pid $pid) already listens on port $port"
@@ -663,16 +664,13 @@ hw_rt_sshd() {
     fi
     return 0
   fi
-  if [ "$(id -u)" -eq 0 ]; then
-    install -d -m 0755 /run/sshd
-    if ! compgen -G '/etc/ssh/ssh_host_*_key' >/dev/null; then ssh-keygen -A; fi
-    /usr/sbin/sshd -p "$port"
+  if [ -z "$config" ]; then
+    _hw_sshd_exec -p "$port"  # the system's: on PORT, whatever the image's configuration says
+  elif [ ! -r "$config" ]; then
+    _hw_rt_fail "no {config}: run 'hpcwizard apply' as {user} first" config "$config" user "$(id -un)"
+    return 1
   else
-    if [ ! -r "$HOME/.sshd_config" ]; then
-      _hw_rt_fail "no {config}: run 'hpcwizard apply' as {user} first" config "$HOME/.sshd_config" user "$(id -un)"
-      return 1
-    fi
-    /usr/sbin/sshd -f "$HOME/.sshd_config"
+    _hw_sshd_exec
   fi
   for ((i = 0; i < 50; i++)); do
     if _hw_rt_port_open 127.0.0.1 "$port"; then _hw_rt_log "started sshd on port $port"; return 0; fi
