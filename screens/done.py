@@ -350,7 +350,10 @@ class DoneScreen(WizardScreen):
         from hpcwizard.validate import BadInput
 
         self.check_timer = None
-        value = self.query_one("#verify-hosts", Input).value
+        hosts_input = next(self.query("#verify-hosts").results(Input), None)
+        if hosts_input is None:  # the screen was drawn anew (F2) meanwhile: nothing to check
+            return
+        value = hosts_input.value
         error = ""
         if value.strip() and not (self.env_hosts is not None
                                   and value.strip() == ",".join(self.env_hosts.names)):
