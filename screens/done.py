@@ -361,6 +361,7 @@ class DoneScreen(WizardScreen):
                 _hosts_from_text(value)
             except BadInput as exc:
                 error = str(exc)
+        hosts_input.set_class(bool(error), "-invalid")  # the field's red border, as Input's own
         self.query_one("#verify-hint", Static).update(self.hosts_hint(error, value))
 
     def on_button_pressed(self, event: Button.Pressed) -> None:

@@ -276,9 +276,16 @@ async def test_the_field_says_a_refusal_once_typing_pauses(tmp_path):
         await wait_for(pilot, lambda: "counts down" in text_of(hint), what="the refusal")
         assert str(hint.content.style) == "bold red"
         assert done.check_timer is None and done.verify_state == "ended"
+        assert done.query_one("#verify-hosts", Input).has_class("-invalid")
         await pilot.press("backspace", "backspace", *"2},n3")  # n{3..2},n3: its range, refused
         await wait_for(pilot, lambda: "{3..2}" in text_of(hint), what="the new refusal")
+        field = done.query_one("#verify-hosts", Input)
+        field.value = "n{2..3}"  # readable now: the usual hint, the border no longer red
+        await wait_for(pilot, lambda: "counts down" not in text_of(hint)
+                       and done.check_timer is None, what="the check of the good list")
+        said, red = text_of(hint), field.has_class("-invalid")
     assert len(system.calls) == calls
+    assert "empty: this instance only" in said and not red
 
 
 @sync
