@@ -113,11 +113,13 @@ def test_the_field_names_itself_in_refusals_and_answers():
 
 
 @pytest.mark.parametrize("call, words", [
-    (lambda: runtime.hosts_from_text("n{3..1}", "--hosts"), "--hosts：主机模式 'n{3..1}'：范围"),
+    (lambda: runtime.hosts_from_text("n{3..1}", "--hosts"),
+     "--hosts：主机模式 'n{3..1}'：范围"),
     (lambda: runtime.hosts_from_text("a,A", "--hosts"), "是同一台主机"),
-    (lambda: runtime.from_environment({"HOSTFILE": "/"}), "HOSTFILE / 不是普通文件（是目录）"),
+    (lambda: runtime.from_environment({"HOSTFILE": "/"}),
+     "HOSTFILE / 不是普通文件（是目录）"),
     (lambda: runtime.from_environment({"SLURM_NODELIST": "n[1-"}), "SLURM_NODELIST："),
-    (lambda: runtime.rank_of(["a", "b"], {"NODE_RANK": "7"}), "NODE_RANK='7'"),
+    (lambda: runtime.rank_of(["a", "b"], {"NODE_RANK": "7"}), "NODE_RANK='7' 不在 0..1 之内"),
 ])
 def test_refusals_are_said_in_the_users_language(call, words):
     """The library's refusal comes back as data (template and values), said with _()."""
