@@ -209,35 +209,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def run() -> None:
     """The process's entry (python -m hpcwizard, the hpcwizard script, the zipapp): main()
-    on sys.argv, then exit with its status. Python's teardown walks every object the run
-    made with the garbage collector, several times while it clears the modules: 12 ms of a
-    0.1 s `detect`, for memory the exit frees anyway. Frozen, they are left to the exit.
-    Finalizers still run (atexit, and every object freed by its reference count); only
-    objects in reference cycles are not visited, and hpcwizard closes its files in `with`.
-    A command that leaves nothing behind (detect) skips the teardown altogether."""
-    status = main()
-    import gc
-
-    gc.freeze()
-    if _leaves_nothing_behind:
-        _exit_at_once(status)
-    sys.exit(status)
-
-
-# Set by a command that leaves nothing for the interpreter's teardown to do: no file open for
-# writing, no atexit handler, no thread that must finish (detect: its output printed, its
-# programs reaped or killed). Its process then ends at once after flushing: the teardown
-# frees every object module by module, 3 ms of a 0.09 s `detect`.
-_leaves_nothing_behind = False
-
-
-def _exit_at_once(status: int) -> None:
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # the reader left, or the stream is closed
-            pass
-    os._exit(status)
+    on sys.argv, then exit with its status."""
+    sys.exit(main())
 
 
 def _lang_option(argv: List[str]) -> Optional[str]:
@@ -332,23 +305,13 @@ def _catalog() -> Any:
 # --- commands -------------------------------------------------------------------------------
 
 def cmd_detect(args: argparse.Namespace) -> int:
-    global _leaves_nothing_behind
-    import gc
+    facts = _facts(args.sysroot)
+    if args.json:
+        print(json.dumps(facts.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        from .detect.summary import format_summary
 
-    # detect makes no reference cycles worth collecting: the collector's passes over its
-    # objects (1 ms) find nothing, and the process ends
-    gc.disable()
-    try:
-        facts = _facts(args.sysroot)
-        if args.json:
-            print(json.dumps(facts.to_dict(), indent=2, ensure_ascii=False))
-        else:
-            from .detect.summary import format_summary
-
-            print(format_summary(facts))
-    finally:
-        gc.enable()  # for callers in this process (tests); the exit does not wait for it
-    _leaves_nothing_behind = True
+        print(format_summary(facts))
     return EXIT_OK
 
 
