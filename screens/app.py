@@ -23,6 +23,7 @@ from textual import work
 from textual.app import App
 from textual.binding import Binding
 
+from hpcwizard.exit_codes import EXIT_OK
 from hpcwizard.i18n import _, get_language, set_language
 
 from .messages import DetectFailed, FactsReady, RunEnded, RunEvents, VerifyChecked, VerifyEnded
@@ -417,7 +418,7 @@ class WizardApp(App[int]):
             self.verifying.stop()  # ssh and mpirun would hold the exit until their time-outs
         if self.session is not None:
             self.session.release()
-        code = 0 if self.session is None else self.session.exit_code(self.verify_ok)
+        code = EXIT_OK if self.session is None else self.session.exit_code(self.verify_ok)
         self.exit(code, return_code=code)
 
     # --- keys everywhere ----------------------------------------------------------------------

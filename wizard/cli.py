@@ -11,11 +11,11 @@ import sys
 from typing import Any, Iterable, List, Optional
 
 from . import SUPPORTED_PYTHON, __version__
+from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from .i18n import N_, _, field, set_language
 from .validate import BadInput
 
 LANGUAGES = ("en", "zh")
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class _Parser(argparse.ArgumentParser):

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterable, List, Optional, Sequence
 
+from .exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from .i18n import _
 from .validate import BadInput
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 RESUMES = ("retry", "skip", "undo")
 
 
