@@ -8,12 +8,21 @@ import json
 import os
 import signal
 import sys
-from typing import Any, Iterable, List, Optional
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Tuple
 
 from . import SUPPORTED_PYTHON, __version__
 from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from .i18n import N_, _, field, set_language
 from .validate import BadInput
+
+if TYPE_CHECKING:
+    from .apply import Runner
+    from .catalog import Catalog
+    from .choices import Choices
+    from .facts import Facts
+    from .plan import Plan
+    from .record import Record
 
 LANGUAGES = ("en", "zh")
 
@@ -242,7 +251,7 @@ def _start_tui() -> int:
 
 # --- shared pieces ----------------------------------------------------------------------------
 
-def _facts(sysroot: str, mpi_components: bool = True) -> Any:
+def _facts(sysroot: str, mpi_components: bool = True) -> Facts:
     from .detect import detect
 
     if not os.path.isdir(sysroot):
@@ -250,7 +259,7 @@ def _facts(sysroot: str, mpi_components: bool = True) -> Any:
     return detect(sysroot=sysroot, mpi_components=mpi_components)
 
 
-def _choices(args: argparse.Namespace) -> Any:
+def _choices(args: argparse.Namespace) -> Choices:
     from .choices import make_choices
 
     # options that do not apply are refused, not ignored: only MPI gets SSH settings
@@ -272,7 +281,7 @@ def _choices(args: argparse.Namespace) -> Any:
                         ucx_url=args.ucx_url, ucx_sha256=args.ucx_sha256)
 
 
-def _plan(args: argparse.Namespace, choices: Any = None) -> "tuple[Any, Any]":
+def _plan(args: argparse.Namespace, choices: Optional[Choices] = None) -> Tuple[Facts, Plan]:
     from concurrent.futures import ThreadPoolExecutor
 
     choices = choices or _choices(args)  # validate before detecting: bad input costs nothing
@@ -291,7 +300,7 @@ def _plan(args: argparse.Namespace, choices: Any = None) -> "tuple[Any, Any]":
     return facts, build_plan(facts, choices, catalog)
 
 
-def _catalog() -> Any:
+def _catalog() -> Catalog:
     """The recipes; a broken one (an edited installation) is one line, not a traceback."""
     from .catalog import RecipeError, load_catalog
 
@@ -373,14 +382,14 @@ def _has_terminal() -> bool:
 
 def _terminate_as_interrupt() -> None:
     """SIGTERM ends a run the way Ctrl-C does: the record is finished truthfully."""
-    def handler(signum: int, frame: Any) -> None:
+    def handler(signum: int, frame: Optional[FrameType]) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
 
 
-def _run_plan(plan: Any, facts: Any, record_path: Optional[str], yes: bool, dry_run: bool,
-              runner: Any = None) -> int:
+def _run_plan(plan: Plan, facts: Facts, record_path: Optional[str], yes: bool, dry_run: bool,
+              runner: Optional[Runner] = None) -> int:
     from pathlib import Path
 
     from .apply import ShellRunner
@@ -416,7 +425,7 @@ def _run_plan(plan: Any, facts: Any, record_path: Optional[str], yes: bool, dry_
     return session.exit_code()
 
 
-def _record_failed(record: Any, exc: OSError) -> int:
+def _record_failed(record: Record, exc: OSError) -> int:
     """The record (or the log) could not be written, e.g. a full disk: one line, exit 1.
     The record on disk is the last one written whole (writes are atomic), and no further
     step ran."""
