@@ -5,8 +5,9 @@ other hosts and verify again. Also where the preset path ends: the image to star
 its launch script (nothing here changed, so there is nothing here to verify)."""
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional, Tuple, Union
 
+from rich.console import Group
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -22,19 +23,27 @@ from .widgets import ExportPanel, WizardScreen
 # recipes/runtime.sh (about 10 ms; a 4096-host pattern, a quarter second), not at every key.
 CHECK_PAUSE = 0.4  # seconds
 
+if TYPE_CHECKING:
+    from textual.timer import Timer
+
+    from hpcwizard.hosts import Hosts
+    from hpcwizard.plan import Plan
+    from hpcwizard.record import Record
+    from hpcwizard.verify import Check, Report
+
 # how a line of the verification looks, by its role (report_verify.check_lines)
 ROLE_STYLE = {"pass": "green", "fail": "bold red", "skip": "dim", "ran": "dim",
               "explain": "", "cause": "yellow", "fix": "cyan"}
 
 
-def _hosts_from_text(text: str) -> Any:
+def _hosts_from_text(text: str) -> Optional[Hosts]:
     """The Hosts typed in the field (None when empty: this instance only)."""
     from hpcwizard.runtime import hosts_from_text
 
     return hosts_from_text(text, _("hosts")) if text.strip() else None
 
 
-def platform_hosts() -> Tuple[Any, str]:
+def platform_hosts() -> Tuple[Optional[Hosts], str]:
     """The hosts the platform's variables name (Hosts or None), and the error if they are
     unreadable ("" otherwise)."""
     import os
@@ -68,7 +77,7 @@ class DoneScreen(WizardScreen):
         Binding("q", "quit_done", "Quit"),
     ]
 
-    def __init__(self, plan: Any, record: Optional[Any] = None, status: str = "") -> None:
+    def __init__(self, plan: Plan, record: Optional[Record] = None, status: str = "") -> None:
         super().__init__()
         self.plan = plan
         self.record = record
@@ -78,12 +87,12 @@ class DoneScreen(WizardScreen):
         self.env_hosts, self.env_error = platform_hosts() if self.can_verify else (None, "")
         self.hosts_text = ",".join(self.env_hosts.names) if self.env_hosts else ""
         self.verify_state = "idle"  # idle | running | ended
-        self.checks: List[Any] = []  # as they finish, then in the report's order
-        self.report: Any = None
+        self.checks: List[Check] = []  # as they finish, then in the report's order
+        self.report: Optional[Report] = None
         self.verify_seconds = 0.0
         self.verify_error = ""
-        self.verified_hosts: Any = None
-        self.check_timer: Any = None  # the hosts field's check, when typing pauses
+        self.verified_hosts: Optional[Hosts] = None
+        self.check_timer: Optional[Timer] = None  # the hosts field's check, when typing pauses
         self.started = False
         self.scroll_pending = False  # scroll the failures into view when laid out
         self.export_kept = ("", "")  # the format chosen and the file name typed, across F2
@@ -201,11 +210,11 @@ class DoneScreen(WizardScreen):
         self.verified_hosts = hosts
         self._show_results()
 
-    def verify_checked(self, check: Any) -> None:
+    def verify_checked(self, check: Check) -> None:
         self.checks.append(check)
         self._show_results()
 
-    def verify_ended(self, report: Any, seconds: float, error: str) -> None:
+    def verify_ended(self, report: Optional[Report], seconds: float, error: str) -> None:
         self.verify_state, self.report, self.verify_seconds = "ended", report, seconds
         self.verify_error = error
         if report is not None:
@@ -233,10 +242,9 @@ class DoneScreen(WizardScreen):
         for results in self.query("#verify-results").results(Static):
             results.update(self.verify_text())
 
-    def verify_text(self) -> Any:
+    def verify_text(self) -> Union[Text, Group]:
         """The verification as shown: who was checked, the outcome, then each check (the
         failures first once it ended), its further lines hanging under its title."""
-        from rich.console import Group
         from rich.table import Table
 
         from hpcwizard.report_verify import check_lines, counts_line, mark, mark_width
