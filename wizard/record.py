@@ -321,7 +321,8 @@ def _bad(path: Path, name: str, value: Any, want: str) -> BadInput:
 
 
 def _check_fields(path: Path, data: Dict[str, Any]) -> None:
-    """Every field hpcwizard reads or runs is of its kind: one line naming the field."""
+    """Every field hpcwizard reads or runs is of its kind: one line naming the field (a
+    step's: _steps)."""
     def bad(name: str, value: Any, want: str) -> BadInput:
         return _bad(path, name, value, want)
 
@@ -352,28 +353,17 @@ def _check_fields(path: Path, data: Dict[str, Any]) -> None:
     if not isinstance(uid, int) or isinstance(uid, bool) or uid < 0:
         raise bad("[target] uid", uid, _("a user id (a number from 0)"))
     text("[target] home", target["home"])
-    for i, step in enumerate(data["steps"], 1):
-        name = f"step {i}"
-        text(f"{name} id", step["id"], empty=False)
-        if not step["id"].isprintable():
-            raise bad(f"{name} id", step["id"], _("printable text"))
-        name = f"step {i} ({step['id']})"
-        text(f"{name} status", step["status"], STATUSES)
-        text(f"{name} as", step["as"], ("root", "user"))
-        for key in ("run", "undo", "check", "title", "note"):
-            if key in step:
-                text(f"{name} {key}", step[key])
 
 
 def _steps(path: Path, tables: List[Dict[str, Any]]) -> List[RecordStep]:
-    """The record's steps, each field of its kind (_check_fields checked those it runs)."""
+    """The record's steps, each field of its kind: one line naming the step and field."""
     steps = []
     for i, table in enumerate(tables, 1):
         try:
             steps.append(RecordStep.from_toml(table))
         except BadStepTable as exc:
-            raise _bad(path, f"step {i} ({table['id']}) {exc.key}", exc.value,
-                       _(exc.want)) from None
+            name = f"step {i} id" if exc.key == "id" else f"step {i} ({table['id']}) {exc.key}"
+            raise _bad(path, name, exc.value, _(exc.want)) from None
     return steps
 
 

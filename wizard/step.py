@@ -73,6 +73,14 @@ class Step:
         """The step a table holds (to_toml's, or an older record's, which may lack all but
         id, as, run and undo: the defaults stand in). BadStepTable names a field of the
         wrong kind; keys it does not know are left out."""
+        step_id = table.get("id", "")
+        if not isinstance(step_id, str) or not step_id.strip():
+            raise BadStepTable("id", step_id, N_("non-empty text"))
+        if not step_id.isprintable():
+            raise BadStepTable("id", step_id, N_("printable text"))
+        if table.get("as") not in ("root", "user"):
+            raise BadStepTable("as", table.get("as"), "root | user")
+
         def text(key: str, default: str = "") -> str:
             value = table.get(key, default)
             if not isinstance(value, str):
@@ -90,7 +98,6 @@ class Step:
                 isinstance(texts, dict) and all(isinstance(v, str) for v in texts.values())
                 for texts in i18n.values()):
             raise BadStepTable("i18n", i18n, N_("a table"))
-        step_id = text("id")
         return cls(id=step_id, recipe=text("recipe"), title=text("title", step_id),
                    as_=text("as"), kind=text("kind", "shell"), check=text("check"),
                    run=text("run"), undo=text("undo"), note=text("note"), why=text("why"),
