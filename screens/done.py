@@ -298,7 +298,7 @@ class DoneScreen(WizardScreen):
 
     def result_text(self) -> Text:
         steps = self.record.steps
-        count = {k: sum(1 for s in steps if s["status"] == k)
+        count = {k: sum(1 for s in steps if s.outcome.status == k)
                  for k in ("done", "skipped", "user-skipped", "failed", "interrupted", "undone",
                            "pending")}
         text = Text()

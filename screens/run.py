@@ -61,7 +61,7 @@ class RunScreen(WizardScreen):
         self.plan = plan
         self.record = record
         self.titles = self.step_titles()
-        self.status: List[str] = [s["status"] for s in record.steps]
+        self.status: List[str] = [s.outcome.status for s in record.steps]
         self.seconds: List[Optional[float]] = [None] * len(self.titles)
         self.state = "running"  # running | failed | finished | undoing | undone | error
         self.action_name = "apply"
@@ -88,12 +88,9 @@ class RunScreen(WizardScreen):
             yield Button(_(BUTTONS["continue"]), id="continue", compact=True, variant="primary")
 
     def step_titles(self) -> List[str]:
-        """The record's steps by title, in the chosen language when the plan has them."""
-        steps = self.record.steps
-        if len(self.plan.steps) == len(steps) and all(
-                p.id == s["id"] for p, s in zip(self.plan.steps, steps)):
-            return [field(p, "title") for p in self.plan.steps]
-        return [s["title"] for s in steps]
+        """The record's steps by title, in the chosen language (a step carries its
+        translations into the record)."""
+        return [field(s.step, "title") for s in self.record.steps]
 
     async def refresh_language(self) -> None:
         """Labels in the other language; the log, the state and the run go on untouched."""
@@ -164,7 +161,7 @@ class RunScreen(WizardScreen):
     def start(self, action: str) -> None:
         """The App started its worker again (retry, skip, undo). The record says where each
         step stands (a skipped failure is "user-skipped" now)."""
-        self.status = [s["status"] for s in self.record.steps]
+        self.status = [s.outcome.status for s in self.record.steps]
         self.query_one("#run-steps", Static).update(self.steps_text())
         self.action_name = action
         self.state = "undoing" if action == "undo" else "running"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pwd
+from dataclasses import replace
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import pytest
@@ -89,7 +90,7 @@ def on_disk(rec: Record) -> Record:
 
 
 def statuses(rec: Record) -> List[str]:
-    return [s["status"] for s in rec.steps]
+    return [s.outcome.status for s in rec.steps]
 
 
 def test_checks_that_pass_skip_every_step(record):
@@ -150,7 +151,7 @@ def test_all_steps_run_in_order(record):
     assert [c[1] for c in runner.calls if c[2] == "run-4"] == ["user"]
     back = on_disk(record)
     assert statuses(back) == ["done", "skipped", "done", "done", "done"]
-    assert all(s["exit_code"] == 0 and s["ended"] for s in back.steps)
+    assert all(s.outcome.exit_code == 0 and s.outcome.ended for s in back.steps)
     started = [e.index for e in events if isinstance(e, StepStarted)]
     assert started == [0, 1, 2, 3, 4]
     assert StepOutput(0, "ran 1") in events
@@ -183,9 +184,9 @@ def test_a_failing_step_stops_the_run_with_a_diagnosis(record):
     assert back.data["status"] == "failed"
     assert statuses(back) == ["skipped", "done", "failed", "pending", "pending"]
     failed = back.steps[2]
-    assert failed["exit_code"] == 100
-    assert "Another package manager" in failed["diagnosis"]
-    assert "dpkg --configure -a" in failed["diagnosis"]
+    assert failed.outcome.exit_code == 100
+    assert "Another package manager" in failed.outcome.diagnosis
+    assert "dpkg --configure -a" in failed.outcome.diagnosis
     (fin,) = [e for e in events if isinstance(e, StepFinished) and e.status == "failed"]
     assert fin.exit_code == 100 and [d.id for d in fin.diagnoses] == ["apt-lock"]
     assert fin.diagnoses[0].line == APT_LOCK
@@ -198,7 +199,7 @@ def test_a_step_whose_check_still_fails_after_running_fails(record):
     assert apply_record(record, runner, lambda e: None) == "failed"
     back = on_disk(record)
     assert statuses(back) == ["done", "failed", "pending", "pending", "pending"]
-    assert back.steps[1]["exit_code"] == 1
+    assert back.steps[1].outcome.exit_code == 1
     assert "its check still fails" in record.log_path.read_text()
 
 
@@ -222,7 +223,7 @@ def test_keyboard_interrupt_is_recorded(record):
     back = on_disk(record)
     assert back.data["status"] == "interrupted"
     assert statuses(back) == ["done", "done", "interrupted", "pending", "pending"]
-    assert back.steps[2]["exit_code"] == 130
+    assert back.steps[2].outcome.exit_code == 130
     assert events[-1] == RunFinished("interrupted", str(record.path))
 
 
@@ -288,8 +289,8 @@ def test_skipping_a_failed_step_goes_on_and_undo_still_covers_it(record):
 def test_undo_skips_steps_without_undo_text(tmp_path):
     plan = plan_of(3)
     rec = Record.new(plan, facts("debian12", ROOT), path=tmp_path / "r.toml")
-    rec.steps[1]["undo"] = ""
-    rec.steps[1]["note"] = "kept on purpose"
+    kept = rec.steps[1]
+    rec.steps[1] = replace(kept, step=replace(kept.step, undo="", note="kept on purpose"))
     rec.save()
     runner = FakeRunner()
     apply_record(rec, runner, lambda e: None)

@@ -688,7 +688,7 @@ def test_an_older_record_without_the_newer_optional_fields_loads_and_undoes(tmp_
     runner = Runner()
     assert undo_record(record, runner, lambda event: None) == "undone"
     assert runner.ran == ["true"]
-    assert Record.load(path).steps[0]["status"] == "undone"
+    assert Record.load(path).steps[0].outcome.status == "undone"
 
 
 def test_export_to_dash_is_standard_output(tmp_path) -> None:

@@ -221,19 +221,20 @@ def test_undo_a_record(pyz, version, tmp_path):
     from hpcwizard.detect import detect
     from hpcwizard.plan import build_plan
     from hpcwizard.record import Record
+    from hpcwizard.step import RecordStep, Step, StepOutcome
 
     marker = tmp_path / "marker"
     marker.write_text("x")
     facts = detect()
     plan = build_plan(facts, make_choices(framework="mpi", network="tcp"), load_catalog())
     record = Record.new(plan, facts, tmp_path / "state" / "r.toml")
-    step = dict(record.steps[0], id="test-marker", title="a marker file", kind="shell",
-                run=f"touch {marker}", undo=f"rm -f {marker}", status="done", check="")
-    step["as"] = "user"  # the job user is you: no machine-wide lock, no sudo
-    record.data["steps"] = [step]
+    # the job user is you: no machine-wide lock, no sudo
+    step = Step(id="test-marker", recipe="test", title="a marker file", as_="user",
+                kind="shell", check="", run=f"touch {marker}", undo=f"rm -f {marker}")
+    record.steps = [RecordStep(step, StepOutcome(status="done"))]
     record.data["status"] = "done"
     record.path.parent.mkdir(parents=True)
-    record.path.write_text(tomli_w.dumps(record.data))
+    record.path.write_text(tomli_w.dumps(record.to_toml()))
     r = run_pyz(py, pyz, "undo", str(record.path), "--yes", home=tmp_path / "home",
                 env={"HPCWIZARD_STATE_DIR": str(tmp_path / "state")})
     assert r.returncode == 0, r.stdout + r.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import stat
 
 import pytest
+import tomli_w
 
 from hpcwizard.catalog import load_catalog
 from hpcwizard.choices import make_choices
@@ -40,11 +41,9 @@ def test_round_trip(tmp_path):
     assert back.data == rec.data
     assert back.data["schema"] == SCHEMA
     assert back.data["status"] == "pending"
-    assert [s["id"] for s in back.steps] == [s.id for s in plan.steps]
-    for step, saved in zip(plan.steps, back.steps):
-        assert saved["run"] == step.run and saved["check"] == step.check
-        assert saved["undo"] == step.undo and saved["as"] == step.as_
-        assert saved["status"] == "pending" and saved["exit_code"] == -1
+    assert [s.step for s in back.steps] == list(plan.steps)
+    for saved in back.steps:
+        assert saved.outcome.status == "pending" and saved.outcome.exit_code == -1
     assert back.data["choices"] == plan.choices.to_dict()
     assert back.data["target"]["user"] == "root"
     assert back.data["facts"]["package_manager"] == "apt"
@@ -57,8 +56,8 @@ def test_updates_are_on_disk_at_once(tmp_path):
     rec.set_status("running")
     back = Record.load(rec.path)
     assert back.data["status"] == "running"
-    assert back.steps[1]["status"] == "done" and back.steps[1]["seconds"] == 1.5
-    assert back.steps[0]["status"] == "pending"
+    assert back.steps[1].outcome.status == "done" and back.steps[1].outcome.seconds == 1.5
+    assert back.steps[0].outcome.status == "pending"
     assert "updated" in back.data
 
 
@@ -134,8 +133,10 @@ def test_truncated_record(tmp_path, where):
 
 def test_record_with_a_step_missing_its_run(tmp_path):
     _, rec = make(tmp_path)
-    del rec.data["steps"][2]["run"]
     rec.save()
+    data = tomllib.loads(rec.path.read_text())
+    del data["steps"][2]["run"]
+    rec.path.write_text(tomli_w.dumps(data))
     assert "incomplete" in load_error(rec.path)
 
 

@@ -254,7 +254,7 @@ def test_the_harmless_record_itself_loads(tmp_path: Path) -> None:
     r = tmp_path / "r.toml"
     r.write_text(harmless(tmp_path))
     rec = Record.load(r)
-    assert rec.steps[0]["undo"] == f"touch {tmp_path}/undone" and rec.path == r
+    assert rec.steps[0].step.undo == f"touch {tmp_path}/undone" and rec.path == r
 
 
 # --- apply --record never writes over anything -------------------------------------------

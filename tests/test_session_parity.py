@@ -58,8 +58,8 @@ class LockSpy:
 
 
 def steps_of(path: Path) -> List[tuple]:
-    data = Record.load(path).data
-    return [(s["id"], s["as"], s["status"], s["run"], s["undo"]) for s in data["steps"]]
+    return [(s.step.id, s.step.as_, s.outcome.status, s.step.run, s.step.undo)
+            for s in Record.load(path).steps]
 
 
 def summary_of(path: Path) -> dict:

@@ -227,7 +227,7 @@ async def test_skip_after_failure_goes_on_and_undo_still_covers_the_step(tmp_pat
         await wait_for(pilot, lambda: name(app) == "DoneScreen")
         summary = text_of(app.screen.query_one("#done-summary", Static))
         # not "skipped" (its check passed): it failed, it may be partly done, undo covers it
-        assert app.record.steps[k]["status"] == "user-skipped"
+        assert app.record.steps[k].outcome.status == "user-skipped"
         assert runner.ran().count(plan.steps[k].run) == 1
         before = len(runner.ran())
         undone = undo_record(app.record, runner, lambda event: None)

@@ -222,7 +222,7 @@ def test_cli_verify_record_uses_its_choices_and_keeps_the_outcome(monkeypatch, c
     assert rc == 1 and "FAIL  node2: key login returns its name" in out
     # every ssh to a host on the record's port (ssh -G only asks what is in effect)
     assert all("2022" in argv for argv in fake.calls if argv[0] == "ssh" and "-G" not in argv)
-    kept = Record.load(record.path).data
+    kept = tomllib.loads(record.path.read_text())
     assert kept["verify"]["failed"] == ["peer/node2/login"]
     assert kept["verify"]["hosts"] == ["node1", "node2"]
     assert kept["steps"] == tomllib.loads(before.decode())["steps"]  # only [verify] added

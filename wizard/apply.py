@@ -17,6 +17,7 @@ from typing import Callable, List, Optional, Protocol, Sequence, Tuple
 from . import ops, proc
 from .diagnose import Diagnosis, diagnose
 from .record import Record, now
+from .step import RecordStep, Step
 
 CHECK_TIMEOUT = 60.0
 # The step statuses undo takes back: every step whose text may have run, partly or whole.
@@ -194,9 +195,9 @@ def skip_stopped_step(record: Record) -> Optional[int]:
     "user-skipped" (not "skipped", which says its check passed), and undo still takes back
     what it may have done. Returns its index, or None when no step had stopped."""
     for i, step in enumerate(record.steps):
-        if step["status"] in ("failed", "interrupted"):
+        if step.outcome.status in ("failed", "interrupted"):
             record.update_step(i, status="user-skipped")
-            record.log(f"-- skipped by the user: {step['id']}")
+            record.log(f"-- skipped by the user: {step.step.id}")
             return i
     return None
 
@@ -219,23 +220,24 @@ class _ChecksAhead:
     """The pending steps' checks, started together before any step runs. A result stands
     only while nothing has run since: once a step ran, every later check runs again."""
 
-    def __init__(self, runner: Runner, steps: List[dict]) -> None:
+    def __init__(self, runner: Runner, steps: List[RecordStep]) -> None:
         workers = getattr(runner, "checks_ahead", 0)
         self.pool: Optional[ThreadPoolExecutor] = None
         self.futures: dict = {}
         self.runner = runner
         self.valid = True
-        todo = [i for i, s in enumerate(steps) if s["status"] not in ("done", "skipped", "user-skipped")]
+        todo = [i for i, s in enumerate(steps)
+                if s.outcome.status not in ("done", "skipped", "user-skipped")]
         if workers > 1 and len(todo) > 1:
             self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hpcwizard-check")
-            self.futures = {i: self.pool.submit(runner.check, steps[i]["as"], steps[i]["check"])
-                            for i in todo}
+            self.futures = {i: self.pool.submit(runner.check, steps[i].step.as_,
+                                                steps[i].step.check) for i in todo}
 
-    def passes(self, i: int, step: dict) -> bool:
+    def passes(self, i: int, step: Step) -> bool:
         future = self.futures.pop(i, None)
         if future is not None and self.valid:
             return future.result()
-        return self.runner.check(step["as"], step["check"])
+        return self.runner.check(step.as_, step.check)
 
     def something_ran(self) -> None:
         self.valid = False
@@ -246,13 +248,13 @@ class _ChecksAhead:
 
 
 def _apply_steps(record: Record, runner: Runner, sink: Sink, ahead: _ChecksAhead) -> str:
-    steps = record.steps
-    total = len(steps)
-    for i, step in enumerate(steps):
-        if step["status"] in ("done", "skipped", "user-skipped"):
+    total = len(record.steps)
+    for i, recorded in enumerate(record.steps):
+        if recorded.outcome.status in ("done", "skipped", "user-skipped"):
             continue
-        sink(StepStarted(i, total, step["id"], step["title"]))
-        record.log(f"\n== [{i + 1}/{total}] {step['id']}: {step['title']}")
+        step = recorded.step
+        sink(StepStarted(i, total, step.id, step.title))
+        record.log(f"\n== [{i + 1}/{total}] {step.id}: {step.title}")
         started = time.monotonic()
         ran = False
         try:
@@ -272,8 +274,8 @@ def _apply_steps(record: Record, runner: Runner, sink: Sink, ahead: _ChecksAhead
                 record.log(line)
                 sink(StepOutput(i, line))
 
-            code = runner.run(step["as"], step["run"], on_line)
-            if code == 0 and not runner.check(step["as"], step["check"]):
+            code = runner.run(step.as_, step.run, on_line)
+            if code == 0 and not runner.check(step.as_, step.check):
                 code = 1
                 on_line("hpcwizard: the step ran, but its check still fails")
         except KeyboardInterrupt:
@@ -298,7 +300,7 @@ def _apply_steps(record: Record, runner: Runner, sink: Sink, ahead: _ChecksAhead
     return "done"
 
 
-def _finish(record: Record, sink: Sink, i: int, step: dict, status: str, code: int,
+def _finish(record: Record, sink: Sink, i: int, step: Step, status: str, code: int,
             started: float, found: Sequence[Diagnosis] = ()) -> None:
     seconds = round(time.monotonic() - started, 3)
     diagnosis = " | ".join(f"{d.cause} {d.fix}" for d in found)
@@ -307,33 +309,34 @@ def _finish(record: Record, sink: Sink, i: int, step: dict, status: str, code: i
     record.update_step(i, save=status != "skipped", status=status, exit_code=code, ended=now(),
                        seconds=seconds, diagnosis=diagnosis)
     record.log(f"-- {status} (exit {code}, {seconds:.1f}s)")
-    sink(StepFinished(i, step["id"], status, code, seconds, tuple(found)))
+    sink(StepFinished(i, step.id, status, code, seconds, tuple(found)))
 
 
 def undo_record(record: Record, runner: Runner, sink: Sink) -> str:
     """Undo the done steps, newest first. Steps without undo text stay as they are (their
     note says why). Returns undone | undo-failed."""
-    steps = record.steps
-    todo = [i for i in range(len(steps) - 1, -1, -1) if steps[i]["status"] in UNDO_STATUSES]
+    total = len(record.steps)
+    todo = [i for i in range(total - 1, -1, -1)
+            if record.steps[i].outcome.status in UNDO_STATUSES]
     record.log(f"\n== hpcwizard undo {now()} ({len(todo)} steps)")
     result = "undone"
     for i in todo:
-        step = steps[i]
-        sink(StepStarted(i, len(steps), step["id"], step["title"], undo=True))
+        step = record.steps[i].step
+        sink(StepStarted(i, total, step.id, step.title, undo=True))
         started = time.monotonic()
-        if not step["undo"].strip():
-            record.log(f"== {step['id']}: nothing to undo ({step.get('note', '')})")
-            sink(StepOutput(i, f"nothing to undo: {step.get('note', '')}"))
-            sink(StepFinished(i, step["id"], "done", 0, 0.0))
+        if not step.undo.strip():
+            record.log(f"== {step.id}: nothing to undo ({step.note})")
+            sink(StepOutput(i, f"nothing to undo: {step.note}"))
+            sink(StepFinished(i, step.id, "done", 0, 0.0))
             continue
-        record.log(f"== undo {step['id']}")
+        record.log(f"== undo {step.id}")
 
         def on_line(line: str) -> None:
             record.log(line)
             sink(StepOutput(i, line))
 
         try:
-            code = runner.run(step["as"], step["undo"], on_line)
+            code = runner.run(step.as_, step.undo, on_line)
         except KeyboardInterrupt:
             record.set_status("interrupted")
             sink(RunFinished("interrupted", str(record.path)))
@@ -342,7 +345,7 @@ def undo_record(record: Record, runner: Runner, sink: Sink) -> str:
         if code != 0:
             result = "undo-failed"
         record.update_step(i, status=status, ended=now())
-        sink(StepFinished(i, step["id"], status, code, round(time.monotonic() - started, 3)))
+        sink(StepFinished(i, step.id, status, code, round(time.monotonic() - started, 3)))
     record.set_status(result)
     sink(RunFinished(result, str(record.path)))
     return result

@@ -473,7 +473,7 @@ def cmd_undo(args: argparse.Namespace) -> int:
     from .session import Session
 
     record = Record.load(Path(args.record), use="undo", update=True)
-    done = [s for s in record.steps if s["status"] in UNDO_STATUSES]
+    done = [s for s in record.steps if s.outcome.status in UNDO_STATUSES]
     if not done:
         print(_("{record}: nothing to undo (no step was done)").format(record=args.record))
         return EXIT_OK

@@ -17,6 +17,7 @@ from .facts import Facts, OsInfo, Port, SshDir
 from .i18n import N_, _, pick, translations
 from .inputs import ascii_int
 from .peers import Peers, resolve_peers
+from .step import Step
 from .validate import BadInput, package_file_name
 
 _HOME = re.compile(r"^/[A-Za-z0-9._/-]*$")
@@ -33,39 +34,6 @@ class Target:
     @property
     def is_root(self) -> bool:
         return self.uid == 0
-
-
-@dataclass(frozen=True)
-class Step:
-    id: str  # recipe/step, unique in a plan
-    recipe: str
-    title: str
-    as_: str  # root | user
-    kind: str
-    check: str
-    run: str
-    undo: str
-    note: str = ""
-    why: str = ""
-    packages: Tuple[str, ...] = ()  # the packages step only
-    satisfied: bool = False  # the facts already show it done here: it needs no privilege here
-    i18n: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-
-    @property
-    def operation(self) -> str:
-        """The operation of recipes/ops.sh the step calls ('hw_sshd', ...); '' for shell."""
-        return ops.operation(self.run) if self.kind != "shell" else ""
-
-    @property
-    def diff(self) -> str:
-        """The text that prints, read-only, the unified diff the step would make ('' for a
-        shell step)."""
-        return ops.diffed(self.run) if self.operation else ""
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {"id": self.id, "recipe": self.recipe, "title": self.title, "as": self.as_,
-                "kind": self.kind, "check": self.check, "run": self.run, "undo": self.undo,
-                "note": self.note, "why": self.why, "packages": list(self.packages)}
 
 
 @dataclass(frozen=True)
@@ -111,7 +79,7 @@ class Plan:
             "warnings": list(self.warnings),
             "launch_env": dict(self.launch_env),
             "mpirun_args": list(self.mpirun_args),
-            "steps": [s.to_dict() for s in self.steps],
+            "steps": [s.to_toml() for s in self.steps],
         }
 
 

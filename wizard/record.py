@@ -21,6 +21,7 @@ import shlex
 import socket
 import stat
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
@@ -30,6 +31,7 @@ from . import __version__, ops
 from .compat import tomllib
 from .i18n import _
 from .inputs import RECORD_LIMIT, read_bytes
+from .step import STATUSES, BadStepTable, RecordStep
 from .validate import BadInput, user_name
 
 if TYPE_CHECKING:
@@ -37,10 +39,6 @@ if TYPE_CHECKING:
     from .plan import Plan
 
 SCHEMA = 1
-# skipped: its check passed, nothing to do; user-skipped: it failed (or was stopped) and the
-# user went on without it, so it may be partly done
-STATUSES = ("pending", "running", "done", "skipped", "user-skipped", "failed", "interrupted",
-            "undone", "undo-failed")
 # A record is a few tables deep (steps -> step -> packages); deeper is not one of ours, and
 # tomllib (recursive) or tomli-w would raise RecursionError on it.
 MAX_DEPTH = 16
@@ -318,14 +316,19 @@ def _too_deep(data: Any) -> bool:
     return False
 
 
+def _bad(path: Path, name: str, value: Any, want: str) -> BadInput:
+    got = repr(value[:40]) + ("..." if len(value) > 40 else "") \
+        if isinstance(value, str) else _kind(value)
+    return BadInput(_("record {path}: {field} is {got}, not {want}: it was edited or is "
+                      "not an hpcwizard record").format(
+        path=path, field=name, got=got, want=want))
+
+
 def _check_fields(path: Path, data: Dict[str, Any]) -> None:
-    """Every field hpcwizard reads or runs is of its kind: one line naming the field."""
+    """Every field hpcwizard reads or runs is of its kind: one line naming the field (a
+    step's: _steps)."""
     def bad(name: str, value: Any, want: str) -> BadInput:
-        got = repr(value[:40]) + ("..." if len(value) > 40 else "") \
-            if isinstance(value, str) else _kind(value)
-        return BadInput(_("record {path}: {field} is {got}, not {want}: it was edited or is "
-                          "not an hpcwizard record").format(
-            path=path, field=name, got=got, want=want))
+        return _bad(path, name, value, want)
 
     def text(name: str, value: Any, allowed: tuple = (), empty: bool = True) -> None:
         if not isinstance(value, str) or (allowed and value not in allowed) \
@@ -354,25 +357,29 @@ def _check_fields(path: Path, data: Dict[str, Any]) -> None:
     if not isinstance(uid, int) or isinstance(uid, bool) or uid < 0:
         raise bad("[target] uid", uid, _("a user id (a number from 0)"))
     text("[target] home", target["home"])
-    for i, step in enumerate(data["steps"], 1):
-        name = f"step {i}"
-        text(f"{name} id", step["id"], empty=False)
-        if not step["id"].isprintable():
-            raise bad(f"{name} id", step["id"], _("printable text"))
-        name = f"step {i} ({step['id']})"
-        text(f"{name} status", step["status"], STATUSES)
-        text(f"{name} as", step["as"], ("root", "user"))
-        for key in ("run", "undo", "check", "title", "note"):
-            if key in step:
-                text(f"{name} {key}", step[key])
+
+
+def _steps(path: Path, tables: List[Dict[str, Any]]) -> List[RecordStep]:
+    """The record's steps, each field of its kind: one line naming the step and field."""
+    steps = []
+    for i, table in enumerate(tables, 1):
+        try:
+            steps.append(RecordStep.from_toml(table))
+        except BadStepTable as exc:
+            name = f"step {i} id" if exc.key == "id" else f"step {i} ({table['id']}) {exc.key}"
+            raise _bad(path, name, exc.value, _(exc.want)) from None
+    return steps
 
 
 class Record:
-    """The record of one apply (or undo) run; `data` is exactly what the TOML file holds."""
+    """The record of one apply (or undo) run: `steps` its steps, `data` the rest of what the
+    TOML file holds (to_toml() is the whole)."""
 
-    def __init__(self, path: Path, data: Dict[str, Any], new: bool = False, auto: bool = False):
+    def __init__(self, path: Path, data: Dict[str, Any], steps: List[RecordStep],
+                 new: bool = False, auto: bool = False):
         self.path = Path(path)  # a loaded record: its real path (a symlink to it stays one)
         self.data = data
+        self.steps = steps
         self.log_error = ""  # why the log could not be written, if it could not
         # new: not on disk yet; its first save creates the file, never replaces one (nor does
         # its first log line). auto: a default name, so a taken one is replaced by a free one.
@@ -404,13 +411,11 @@ class Record:
             "facts": facts_summary(facts),
             "recommendation": {"path": plan.recommendation.path,
                                "reasons": list(plan.recommendation.reasons)},
-            "steps": [dict(s.to_dict(), status="pending", started="", ended="", exit_code=-1,
-                           seconds=0.0, diagnosis="") for s in plan.steps],
             # the operations the steps call, as they ran: undo uses these, not the ones a
             # later hpcwizard ships
             "ops": {"sha256": ops.checksum(), "library": ops.library()},
         }
-        record = cls(path, data, new=True, auto=auto)
+        record = cls(path, data, [RecordStep(s) for s in plan.steps], new=True, auto=auto)
         record._wanted = wanted
         return record
 
@@ -452,13 +457,11 @@ class Record:
                               or data["ops"].get("sha256") != ops.checksum(library)):
             raise BadInput(_("record {path}: its operations library does not match its sha256: "
                              "it was edited or is not an hpcwizard record").format(path=path))
-        # An older record may lack what newer ones carry: the defaults stand in.
+        # An older record may lack what newer ones carry: the defaults stand in (a step's
+        # in RecordStep.from_toml).
         data.setdefault("log", str(path.with_suffix(".log")))
         data.setdefault("status", "")
-        for step in steps:
-            step.setdefault("title", step["id"])
-            step.setdefault("note", "")
-        return cls(path, data)
+        return cls(path, data, _steps(path, data.pop("steps")))
 
     # --- updates --------------------------------------------------------------------------
 
@@ -472,9 +475,14 @@ class Record:
     def log_path(self) -> Path:
         return Path(self.data["log"])
 
-    @property
-    def steps(self) -> List[Dict[str, Any]]:
-        return self.data["steps"]
+    def to_toml(self) -> Dict[str, Any]:
+        """The whole record as the TOML file holds it: the steps after the run's summary
+        tables, before its verification and operations library."""
+        tail = ("verify", "ops")
+        table = {k: v for k, v in self.data.items() if k not in tail}
+        table["steps"] = [s.to_toml() for s in self.steps]
+        table.update((k, self.data[k]) for k in tail if k in self.data)
+        return table
 
     def set_status(self, status: str) -> None:
         self.data["status"] = status
@@ -482,9 +490,11 @@ class Record:
         self.save()
 
     def update_step(self, index: int, save: bool = True, **fields: Any) -> None:
-        """save=False: the change goes to disk with the next save (a record killed before
-        then says what it said, e.g. "pending" for a step found already done)."""
-        self.steps[index].update(fields)
+        """fields: of the step's StepOutcome (status, exit_code, ...). save=False: the change
+        goes to disk with the next save (a record killed before then says what it said,
+        e.g. "pending" for a step found already done)."""
+        step = self.steps[index]
+        self.steps[index] = replace(step, outcome=replace(step.outcome, **fields))
         self.data["updated"] = now()
         if save:
             self.save()
@@ -499,11 +509,11 @@ class Record:
         anything there (RecordExists; a default name moves on to a free one); later saves
         replace that file."""
         if not self._new:
-            write_private(self.path, _dumps(self.data))
+            write_private(self.path, _dumps(self.to_toml()))
             return
         while True:
             try:
-                write_private(self.path, _dumps(self.data), exclusive=True)
+                write_private(self.path, _dumps(self.to_toml()), exclusive=True)
                 break
             except FileExistsError:
                 if not self._auto:

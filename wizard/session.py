@@ -146,10 +146,11 @@ class Session:
         from .apply import UNDO_STATUSES
 
         if action == "undo":
-            return [(s["as"], "", "") for s in self.record.steps if s["status"] in UNDO_STATUSES]
+            return [(s.step.as_, "", "") for s in self.record.steps
+                    if s.outcome.status in UNDO_STATUSES]
         if self.record is not None:
-            return [(s["as"], s.get("check", ""), s["id"]) for s in self.record.steps
-                    if s["status"] not in ("done", "skipped")]
+            return [(s.step.as_, s.step.check, s.step.id) for s in self.record.steps
+                    if s.outcome.status not in ("done", "skipped")]
         return [(s.as_, s.check, s.id) for s in self.plan.steps if not s.satisfied]
 
     def needs_machine_lock(self, action: str = "apply") -> bool:
@@ -208,9 +209,9 @@ class Session:
             if action == "skip":
                 i = skip_stopped_step(self.record)
                 if i is not None:  # the front end draws it as any step's end
-                    step = self.record.steps[i]
-                    sink(StepFinished(i, step["id"], "user-skipped",
-                                      int(step.get("exit_code", 0) or 0), 0.0))
+                    skipped = self.record.steps[i]
+                    sink(StepFinished(i, skipped.step.id, "user-skipped",
+                                      skipped.outcome.exit_code, 0.0))
             if action == "undo":
                 self.status = undo_record(self.record, self.runner, sink)
             else:
@@ -262,7 +263,7 @@ class Session:
         code = {None: EXIT_OK, "done": EXIT_OK, "undone": EXIT_OK,
                 "interrupted": EXIT_INTERRUPTED}.get(self.status, EXIT_FAILED)
         skipped = self.record is not None and any(
-            s["status"] == "user-skipped" for s in self.record.steps)
+            s.outcome.status == "user-skipped" for s in self.record.steps)
         if self.status == "done" and (skipped or verified is False):
             return EXIT_FAILED
         return code

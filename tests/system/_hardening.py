@@ -225,7 +225,7 @@ class RecordedRuns:
         self.hold.disarm()
         problems = []
         for rec in reversed(self.records):
-            if rec.exists() and any(s["status"] in UNDO_STATUSES
+            if rec.exists() and any(s.outcome.status in UNDO_STATUSES
                                     for s in Record.load(rec).steps):
                 proc = self.undo(rec)
                 if proc.returncode != 0:
