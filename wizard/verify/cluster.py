@@ -21,6 +21,8 @@ from ..diagnose import diagnose, explain
 from ..facts import Facts, Software
 from ..i18n import _
 from ..inputs import ascii_int
+from ..render import launch
+from ..render.mpirun import iface_args, mpirun_args
 from . import bandwidth as BW
 from . import fleet
 from . import needs as N
@@ -92,11 +94,9 @@ def _mpi_note(ctx: Ctx) -> str:
 def _mpirun_args(ctx: Ctx) -> List[str]:
     """The plan's mpirun arguments in the names of the Open MPI installed here (5.x:
     PRRTE's), kept to the interface that reaches the other hosts."""
-    from ..launch import iface_args, mpirun_args_for
-
     major, _version, iface, _why = mpi_setup(ctx)
     argv = ["--allow-run-as-root"] if ctx.target == "root" or ctx.plan.target.uid == 0 else []
-    argv += mpirun_args_for(ctx.plan.mpirun_args, major)
+    argv += mpirun_args(ctx.plan.job, major)
     if iface:
         argv += iface_args(iface, major)
     return argv
@@ -317,10 +317,8 @@ def launch_pair(ctx: Ctx, other: str, name: str, nproc: int,
     """programs/NAME through the launch script, nproc processes here (node rank 0) and nproc
     on other (node rank 1), at once: (this half, that half, the command both are, why they
     could not start or None)."""
-    from ..launch import launch_script
-
     here = ctx.here_name()
-    script = launch_script(ctx.plan)
+    script = launch.render(ctx.plan.job)
     test = program(name)
     spath = _cache_path(ctx, "launch.sh", script)
     ppath = _cache_path(ctx, name, test)
