@@ -28,6 +28,7 @@ from ..facts import Port
 from ..i18n import _
 from . import needs as N
 from .context import Ctx, _check, _skip, gather
+from .pair import launch_pair, torch_nproc
 from .parse import (address_of, parse_busbw, parse_ib_write_bw, parse_link_speed,
                     parse_tcp_bw, parse_tcp_listen, route_dev)
 from .probes import (IbWriteBwClient, IbWriteBwServer, LinkSpeed, Ran, Resolve,
@@ -365,10 +366,9 @@ def busbw_title(ctx: Ctx, host: str = "") -> str:
 
 def check_torch_busbw(ctx: Ctx, host: str = "") -> List[Check]:
     from ..plan import job_ports
-    from .cluster import launch_pair, torch_nproc, torch_pair
 
     cid, title = "cluster/torch-busbw", busbw_title(ctx)
-    pair = torch_pair(ctx)
+    pair = N.torch_pair(ctx)
     assert pair is not None  # its needs: N.A_PEER_LOGIN
     here, other = pair
     t0 = time.monotonic()

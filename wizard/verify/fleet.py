@@ -6,9 +6,7 @@ rates. Versions that differ between instances are a known cause of hangs, so the
 is named ("node3: UCX 1.15.0, the others 1.16.0")."""
 from __future__ import annotations
 
-import threading
 import time
-import weakref
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Sequence, Tuple
@@ -18,15 +16,11 @@ from ..i18n import _
 from .context import Ctx
 from .parse import IbFacts, IbPort, parse_ib_facts
 from .probes import ReadIbFacts
+from .readings import keep, read_facts
 from .results import FAIL, PASS, Check
 from .shipped import program
 
 IB_FACTS = "ib_facts.sh"
-
-# What each verification read, host -> facts, for the cluster check. Kept beside the Ctx
-# rather than in it: the per-host checks run in the pool's threads.
-_READ: "weakref.WeakKeyDictionary[Ctx, Dict[str, IbFacts]]" = weakref.WeakKeyDictionary()
-_LOCK = threading.Lock()
 
 
 def script() -> str:
@@ -35,18 +29,6 @@ def script() -> str:
     a user can paste and the report shows on one line."""
     return "; ".join(line.strip() for line in program(IB_FACTS).splitlines()
                      if line.strip() and not line.lstrip().startswith("#"))
-
-
-def read_facts(ctx: Ctx) -> Dict[str, IbFacts]:
-    """The hosts whose facts were read in this verification, in the job's order."""
-    with _LOCK:
-        got = dict(_READ.get(ctx, {}))
-    return {h: got[h] for h in ctx.names if h in got}
-
-
-def _keep(ctx: Ctx, host: str, facts: IbFacts) -> None:
-    with _LOCK:
-        _READ.setdefault(ctx, {})[host] = facts
 
 
 def job_layer(ctx: Ctx) -> str:
@@ -151,7 +133,7 @@ def check_host(ctx: Ctx, host: str) -> Check:
         return Check(cid, title, FAIL, r.command, r.last_line(),
                      _("Could not read the InfiniBand facts of {host}: the probe did not "
                        "finish.").format(host=host), host, seconds=time.monotonic() - t0)
-    _keep(ctx, host, facts)
+    keep(ctx, host, facts)
     layer = job_layer(ctx)
     problems = host_problems(facts, host, layer, _job_ports(ctx))
     if not problems:
