@@ -20,8 +20,8 @@ class Job:
     hosts: str = ""  # where the job's hosts come from: ssh_config patterns ('' : derived)
     # The job's environment (NCCL_*, UCX_*, GLOO_*), in the plan's order.
     env: Mapping[str, str] = field(default_factory=dict)
-    # Open MPI MCA settings in Open MPI 4's names (plm_rsh_args, pml): the renderer names
-    # them for the Open MPI that runs (hpcwizard.render.mpirun).
+    # Open MPI MCA settings beyond ssh's port, in Open MPI 4's names (pml): the renderer
+    # adds the port's and names them for the Open MPI that runs (hpcwizard.render.mpirun).
     mca: Mapping[str, str] = field(default_factory=dict)
     # environment names mpirun passes to the ranks itself (-x), before the rest of env
     passed: Tuple[str, ...] = ()

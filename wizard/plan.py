@@ -820,8 +820,9 @@ def make_job(choices: Choices, target: Target, rec: Recommendation, os_label: st
 
 
 def launch_settings(facts: Facts, choices: Choices) -> "tuple[Dict[str, str], Dict[str, str], Tuple[str, ...]]":
-    """Environment, Open MPI MCA settings (Open MPI 4 names) and the names mpirun passes to
-    the ranks (-x) that a job needs on these instances.
+    """Environment, Open MPI MCA settings (Open MPI 4 names; ssh's port is the Job's, made
+    a setting when rendered) and the names mpirun passes to the ranks (-x) that a job needs
+    on these instances.
 
     MPI: ssh on the chosen port; over InfiniBand '--mca pml ucx' (Debian and Ubuntu disable UCX
     in /etc/openmpi/openmpi-mca-params.conf, and elsewhere it makes a job fail instead of
@@ -835,7 +836,6 @@ def launch_settings(facts: Facts, choices: Choices) -> "tuple[Dict[str, str], Di
     mca: Dict[str, str] = {}
     passed: Tuple[str, ...] = ()
     if choices.framework == "mpi":
-        mca["plm_rsh_args"] = f"-p {int(choices.ssh_port)}"
         if choices.network == "ib":
             mca["pml"] = "ucx"
             devices = rdma_devices(facts)

@@ -17,7 +17,7 @@ from ..i18n import _, comment
 from ..job import Job
 from ..validate import BadInput
 from .engine import JOB_NAME, NODES
-from .mpirun import with_ssh_retries
+from .mpirun import mca_settings, with_ssh_retries
 from .kubernetes import container, header, pod_spec, script, ssh_port
 from .shell import mpirun_lines, sshd_lines
 from .yamltext import Note, dump
@@ -30,7 +30,7 @@ def launcher_script(job: Job) -> str:
         comment(_("Edit: your program and its arguments (mpirun starts it on every worker's "
                   "slots).")),
         "PROGRAM=(hostname)",
-        *mpirun_lines(job, with_ssh_retries(job.mca),
+        *mpirun_lines(job, with_ssh_retries(mca_settings(job)),
                       f'--hostfile {HOSTFILE} "${{PROGRAM[@]}}"'),
     ])
 

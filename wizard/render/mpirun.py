@@ -42,6 +42,14 @@ def runtime_name(name: str, major: Optional[int]) -> Tuple[str, str]:
     return "--mca", name
 
 
+def mca_settings(job: Job) -> Dict[str, str]:
+    """The job's MCA settings (Open MPI 4 names), first the one every MPI job has: ssh to the
+    job's port (plm_rsh_args), written here, where the port becomes text."""
+    if not job.mpi:
+        return dict(job.mca)
+    return {"plm_rsh_args": f"-p {job.ssh_port}", **job.mca}
+
+
 def with_ssh_retries(mca: Mapping[str, str]) -> Dict[str, str]:
     """The settings with ssh retrying the connection (the workers' sshd may be starting)."""
     return {k: f"{v} {SSH_RETRIES}" if k == "plm_rsh_args" else v for k, v in mca.items()}
@@ -60,7 +68,7 @@ def mca_args(mca: Mapping[str, str], passed: Tuple[str, ...] = (),
 
 def mpirun_args(job: Job, major: Optional[int] = None) -> List[str]:
     """The job's mpirun arguments for Open MPI `major` (None: 4's names)."""
-    return mca_args(job.mca, job.passed, major)
+    return mca_args(mca_settings(job), job.passed, major)
 
 
 def iface_args(iface: str, major: Optional[int]) -> List[str]:
@@ -73,7 +81,7 @@ def runtime_env(job: Job) -> List[Tuple[str, str]]:
     """The runtime settings (those PRRTE renames: the ssh port) as environment variables for
     Open MPI 4 (ORTE reads OMPI_MCA_<name>) and 5 (PRRTE reads PRTE_MCA_<its name>)."""
     env: List[Tuple[str, str]] = []
-    for name, value in job.mca.items():
+    for name, value in mca_settings(job).items():
         flag, five = runtime_name(name, 5)
         if flag == "--prtemca":
             env += [(f"OMPI_MCA_{name}", value), (f"PRTE_MCA_{five}", value)]

@@ -17,7 +17,7 @@ from .. import __version__
 from ..i18n import _, comment
 from ..job import Job
 from .engine import JOB_NAME, NODES
-from .mpirun import with_ssh_retries
+from .mpirun import mca_settings, with_ssh_retries
 from .shell import TORCH_PROGRAM_SH, exports, mpirun_lines
 
 _MPI = r'''
@@ -108,7 +108,7 @@ def render(job: Job) -> str:
                             "Open MPI 5 then\nstarts every rank as a singleton (rank 0 of 1), "
                             "without an error."))
         out.append(_MPI.strip("\n").replace("__WARNING__", warning))
-        out += mpirun_lines(job, with_ssh_retries(job.mca),
+        out += mpirun_lines(job, with_ssh_retries(mca_settings(job)),
                             '--hostfile "$HOSTFILE" "$@"')
         out[-1] = "set +e\n" + out[-1] + "\nrc=$?\nset -e\nexit \"$rc\""
     else:

@@ -14,7 +14,7 @@ from typing import Any, Dict, List
 from ..i18n import _, comment
 from ..job import Job
 from .engine import JOB_NAME, NODES
-from .mpirun import with_ssh_retries
+from .mpirun import mca_settings, with_ssh_retries
 from .kubernetes import container, header, pod_spec, script, ssh_port
 from .shell import mpirun_lines, sshd_lines, torchrun_lines
 from .yamltext import Note, dump
@@ -37,7 +37,7 @@ def master_script(job: Job) -> str:
             "PROGRAM=(hostname)",
             comment(_("The hosts from the svc plugin, once their names resolve.")),
             _HOSTS,
-            *mpirun_lines(job, with_ssh_retries(job.mca),
+            *mpirun_lines(job, with_ssh_retries(mca_settings(job)),
                           '--hostfile "$HOSTFILE" "${PROGRAM[@]}"'),
         ])
     return script([comment(_("Edit: your script and its arguments."))] + torchrun_lines(
