@@ -15,31 +15,31 @@ Renderer = Callable[[Plan], str]
 
 
 def setup_script(plan: Plan) -> str:
-    return setup.render(plan.job, plan.steps)  # type: ignore[arg-type]
+    return setup.render(plan.job, plan.steps)
 
 
 def launch_script(plan: Plan) -> str:
-    return launch.render(plan.job)  # type: ignore[arg-type]
+    return launch.render(plan.job)
 
 
 def sbatch_script(plan: Plan) -> str:
-    return slurm.render(plan.job)  # type: ignore[arg-type]
+    return slurm.render(plan.job)
 
 
 def mpijob_manifest(plan: Plan) -> str:
-    return mpijob.render(plan.job)  # type: ignore[arg-type]
+    return mpijob.render(plan.job)
 
 
 def pytorchjob_manifest(plan: Plan) -> str:
-    return pytorchjob.render(plan.job)  # type: ignore[arg-type]
+    return pytorchjob.render(plan.job)
 
 
 def trainjob_manifest(plan: Plan) -> str:
-    return pytorchjob.render_trainjob(plan.job)  # type: ignore[arg-type]
+    return pytorchjob.render_trainjob(plan.job)
 
 
 def volcano_manifest(plan: Plan) -> str:
-    return volcano.render(plan.job)  # type: ignore[arg-type]
+    return volcano.render(plan.job)
 
 
 # the machine's own files, then the engines users grow into: Slurm, Kubernetes' operators

@@ -77,7 +77,7 @@ def image_os(plan: Plan) -> OsInfo:
 
 
 def uses_preset(plan: Plan) -> bool:
-    return plan.job.uses_preset  # type: ignore[union-attr]
+    return plan.job.uses_preset
 
 
 # Where the image's ssh settings go that a mounted ~/.ssh cannot hide: the MPI Operator and
@@ -209,8 +209,8 @@ def companion_files(plan: Plan) -> Dict[str, str]:
 
 def base(plan: Plan) -> render_dockerfile.Base:
     """The image the Dockerfile starts FROM."""
-    if plan.job.uses_preset:  # type: ignore[union-attr]
-        return render_dockerfile.Base(plan.job.preset_image)  # type: ignore[union-attr]
+    if plan.job.uses_preset:
+        return render_dockerfile.Base(plan.job.preset_image)
     own = framework_image(plan)
     if own:
         return render_dockerfile.Base(own[0], official_os=own[1].pretty_name)
@@ -218,5 +218,5 @@ def base(plan: Plan) -> render_dockerfile.Base:
 
 
 def dockerfile(plan: Plan) -> str:
-    return render_dockerfile.render(plan.job, base(plan),  # type: ignore[arg-type]
+    return render_dockerfile.render(plan.job, base(plan),
                                     sshd=any(s.recipe == "ssh" for s in plan.steps))

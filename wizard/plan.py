@@ -86,9 +86,9 @@ class Plan:
     warnings: Tuple[str, ...] = ()
     os_label: str = ""
     # What a job launched on these instances needs, for every renderer and verify: port,
-    # user, environment (NCCL_IB_HCA, UCX_NET_DEVICES, ...), MCA settings. None: made from
-    # the choices and the target, with no environment or settings.
-    job: Optional[Job] = None
+    # user, environment (NCCL_IB_HCA, UCX_NET_DEVICES, ...), MCA settings. Not given: made
+    # from the choices and the target, with no environment or settings (__post_init__).
+    job: Job = None  # type: ignore[assignment]
     # The distribution planned for (the Dockerfile's FROM) and every package the chosen
     # recipes want, installed here or not (an image built from scratch needs them all).
     os: OsInfo = field(default_factory=OsInfo)
@@ -108,12 +108,12 @@ class Plan:
 
     @property
     def launch_env(self) -> Tuple[Tuple[str, str], ...]:
-        return tuple(self.job.env.items())  # type: ignore[union-attr]
+        return tuple(self.job.env.items())
 
     @property
     def mpirun_args(self) -> Tuple[str, ...]:
         """The job's mpirun arguments in Open MPI 4's names, as records keep them."""
-        return tuple(mpirun_args(self.job))  # type: ignore[arg-type]
+        return tuple(mpirun_args(self.job))
 
     def to_dict(self) -> Dict[str, Any]:
         rec = self.recommendation

@@ -4,7 +4,7 @@ exact check, run and undo text (the same rendering review shows and apply runs),
 from __future__ import annotations
 
 import shlex
-from typing import Any, List, Sequence
+from typing import List, Mapping, Protocol, Sequence
 
 from .. import __version__, ops
 from ..i18n import _, comment, field
@@ -59,8 +59,20 @@ def _text(name: str, text: str) -> List[str]:
     return [f"{name}=$(cat <<'{_DELIM}'", text, _DELIM, ")"]
 
 
-def render(job: Job, steps: Sequence[Any]) -> str:
-    """steps: the plan's (hpcwizard.plan.Step), in order."""
+class StepText(Protocol):
+    """What the script takes of a step (hpcwizard.plan.Step): its texts and who runs it."""
+    id: str
+    title: str
+    as_: str
+    check: str
+    run: str
+    undo: str
+    note: str
+    i18n: Mapping[str, Mapping[str, str]]
+
+
+def render(job: Job, steps: Sequence[StepText]) -> str:
+    """steps: the plan's, in order."""
     out = [
         "#!/usr/bin/env bash",
         comment(_("Written by hpcwizard {version}: the same steps as 'hpcwizard apply', as one "
