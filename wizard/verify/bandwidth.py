@@ -26,6 +26,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 from ..facts import Port
 from ..i18n import _
+from ..plan import job_ports
 from . import needs as N
 from .context import Ctx, _check, _skip, gather
 from .pair import launch_pair, torch_nproc
@@ -244,8 +245,6 @@ def ib_title(ctx: Ctx, host: str = "") -> str:
 
 
 def check_ib_write_bw(ctx: Ctx, host: str = "") -> List[Check]:
-    from ..plan import job_ports
-
     ports = job_ports(ctx.facts)[0]
     if not ports:
         return [_skip("cluster/ib-write-bw", ib_title(ctx),
@@ -365,8 +364,6 @@ def busbw_title(ctx: Ctx, host: str = "") -> str:
 
 
 def check_torch_busbw(ctx: Ctx, host: str = "") -> List[Check]:
-    from ..plan import job_ports
-
     cid, title = "cluster/torch-busbw", busbw_title(ctx)
     pair = N.torch_pair(ctx)
     assert pair is not None  # its needs: N.A_PEER_LOGIN

@@ -18,15 +18,18 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..diagnose import diagnose, explain
+from ..detect.software import parse_mpirun_version
 from ..facts import Facts, Software
 from ..i18n import _
 from ..inputs import ascii_int
 from ..render import launch
 from ..render.mpirun import iface_args, mpirun_args
+from ..runtime import hostfile_text
 from . import bandwidth as BW
 from . import fleet
 from . import needs as N
 from .context import Ctx, _check, _skip, gather
+from .nccl_log import nccl_transport
 from .pair import (RENDEZVOUS_PORT, STATIC_RENDEZVOUS, cache_path, launch_pair,  # noqa: F401
                    spread, torch_nproc)
 from .parse import (host_lines, parse_allreduce, route_dev, short,
@@ -41,8 +44,6 @@ from .spec import Spec
 def _hostfile(ctx: Ctx, names: Sequence[str]) -> str:
     """The hostfile of these of the job's hosts, with the slots the launch gives them (a
     hostfile's own counts, else 1): verify's checks place one rank a host (--map-by node)."""
-    from ..runtime import hostfile_text
-
     hosts = ctx.hosts
     per = dict(zip(hosts.names, hosts.slots)) if hosts is not None else {}
     return hostfile_text(list(names), [per.get(n, 1) for n in names])
@@ -56,8 +57,6 @@ def mpi_setup(ctx: Ctx) -> Tuple[Optional[int], str, str, str]:
     goes through (`ip -o route get ADDRESS`), as the launch script chooses it."""
     if ctx.mpi is not None:
         return ctx.mpi
-    from ..detect.software import parse_mpirun_version
-
     r = ctx.ask(MpirunVersion(user=ctx.user))
     flavour, version = parse_mpirun_version(r.out) if r.ok else ("", "")
     sw = Software(mpi_flavour=flavour, mpi_version=version) if flavour else ctx.facts.software
@@ -277,8 +276,6 @@ def check_nccl_transport(ctx: Ctx, host: str = "") -> Check:
     its connection lines also say whether the NIC reads GPU memory itself (GPUDirect RDMA)
     or every transfer is copied through host memory. The all-reduce ran on NCCL (its needs):
     with gloo on CPU this check is skipped, so nothing about GPUDirect is claimed there."""
-    from .nccl_log import nccl_transport
-
     assert ctx.allreduce is not None  # its needs: N.ALLREDUCE
     both, _backend, command = ctx.allreduce
     found = nccl_transport(both.out)

@@ -13,7 +13,9 @@ from typing import Callable, Dict, List, Sequence, Tuple
 
 from ..diagnose import explain
 from ..i18n import _
+from ..plan import job_ports as planned_ports
 from .context import Ctx
+from .here import _job_ports
 from .parse import IbFacts, IbPort, parse_ib_facts
 from .probes import ReadIbFacts
 from .readings import keep, read_facts
@@ -33,9 +35,7 @@ def script() -> str:
 
 def job_layer(ctx: Ctx) -> str:
     """The link layer of the job's ports here (the plan uses one: InfiniBand beside RoCE)."""
-    from ..plan import job_ports
-
-    ports = job_ports(ctx.facts)[0]
+    ports = planned_ports(ctx.facts)[0]
     return ports[0].link_layer if ports else "InfiniBand"
 
 
@@ -120,8 +120,6 @@ def host_title(ctx: Ctx, host: str) -> str:
 
 def check_host(ctx: Ctx, host: str) -> Check:
     """One probe on host (this instance: bash here, no SSH), its facts kept for cluster/ib-same."""
-    from .here import _job_ports
-
     here = host == ctx.here_name()
     probe = ReadIbFacts(script(), ctx.python if ctx.framework == "pytorch" else "",
                         host="" if here else host, port=ctx.port, user=ctx.user)
@@ -180,8 +178,6 @@ def odd_one_out(what: str, values: Dict[str, str]) -> str:
 
 def compared(ctx: Ctx) -> List[Tuple[str, Callable[[IbFacts], str]]]:
     """What must be equal across the hosts: the library the job's framework uses, the ports."""
-    from .here import _job_ports
-
     layer, wanted = job_layer(ctx), _job_ports(ctx)
     lib = [("UCX", lambda f: f.ucx or _("none"))] if ctx.framework == "mpi" else \
         [("NCCL", lambda f: f.nccl or _("none"))]
