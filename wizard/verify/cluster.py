@@ -10,32 +10,29 @@ The hosts are the ones the launch script would use, in its order, and "which one
 its answer (hpcwizard.runtime): what passes here is what the launch does."""
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..diagnose import diagnose, explain
 from ..detect.software import parse_mpirun_version
-from ..facts import Facts, Software
+from ..facts import Software
 from ..i18n import _
 from ..inputs import ascii_int
-from ..render import launch
 from ..render.mpirun import iface_args, mpirun_args
 from ..runtime import hostfile_text
 from . import bandwidth as BW
 from . import fleet
 from . import needs as N
-from .context import Ctx, _check, _skip, gather
+from .context import Ctx, _check, _skip
 from .nccl_log import nccl_transport
 from .pair import (RENDEZVOUS_PORT, STATIC_RENDEZVOUS, cache_path, launch_pair,  # noqa: F401
                    spread, torch_nproc)
 from .parse import (host_lines, parse_allreduce, route_dev, short,
                     transport_from_ucx_log, address_of)
-from .probes import (BuildMpiProgram, CopyTo, IsExecutable, LaunchHalf, Mpirun, MpirunVersion,
-                     Ran, Resolve, RouteTo, WriteOnce)
+from .probes import (BuildMpiProgram, IsExecutable, Mpirun, MpirunVersion, Ran, Resolve,
+                     RouteTo)
 from .results import FAIL, PASS, Check
 from .shipped import MPI_ALLREDUCE, TORCH_ALLREDUCE, program
 from .spec import Spec
