@@ -10,7 +10,7 @@ from typing import Callable, Iterable, List, Optional, Tuple
 
 from hpcwizard.facts import (Facts, Gpu, Hca, Iface, OsInfo, Port, Rdma, Runtime, Software,
                              UserInfo)
-from hpcwizard.detect.notes import note
+from hpcwizard.notes import note
 
 UBUNTU = OsInfo(id="ubuntu", version_id="22.04", pretty_name="Ubuntu 22.04.4 LTS",
                 id_like=("debian",), family="debian", package_manager="apt")

@@ -1,6 +1,6 @@
 """Detection's notes and warnings are messages: a stable code, the English text (JSON, logs,
 records) and the arguments, shown in the chosen language on the System screen and in the
-command line's summary (hpcwizard.facts.Note, hpcwizard.detect.notes)."""
+command line's summary (hpcwizard.notes: Note and its texts)."""
 from __future__ import annotations
 
 import ast
@@ -12,7 +12,7 @@ import pytest
 
 from hpcwizard import i18n
 from hpcwizard.detect import detect
-from hpcwizard.detect.notes import NOTES, note
+from hpcwizard.notes import NOTES, note
 from hpcwizard.detect.summary import format_summary
 from hpcwizard.facts import Facts, Note
 

@@ -17,7 +17,7 @@ from hpcwizard.choices import make_choices
 from hpcwizard.detect import detect
 from hpcwizard.detect import rdma
 from hpcwizard.facts import Facts
-from hpcwizard.launch import launch_script
+from hpcwizard.export import launch_script
 from hpcwizard.plan import build_plan
 
 from _ib_fixtures import (EMPTY_GID, SYSROOTS, gid_of, make_facts, rdma_machine, roce_gid_table,

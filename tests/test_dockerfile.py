@@ -14,7 +14,7 @@ import pytest
 from hpcwizard import cli
 from hpcwizard.catalog import load_catalog
 from hpcwizard.choices import make_choices
-from hpcwizard.dockerfile import base_image, companion_files, dockerfile, image_plan
+from hpcwizard.image import base_image, companion_files, dockerfile, image_plan
 from hpcwizard.export import export_formats
 from hpcwizard.facts import OsInfo
 from hpcwizard.plan import build_plan
@@ -238,7 +238,7 @@ def test_image_client_settings_are_outside_the_mounted_ssh_dir(keys, tmp_path):
 
 
 def test_image_pin_on_port_22_only_names_the_operators_pods():
-    from hpcwizard.dockerfile import image_pin_patterns
+    from hpcwizard.image import image_pin_patterns
 
     assert image_pin_patterns(2222) == "[*]:2222"
     assert "*" not in image_pin_patterns(22).split(",")

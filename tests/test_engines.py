@@ -1,4 +1,4 @@
-"""The engines' exports (hpcwizard.engines): a Slurm batch script, and Kubernetes jobs for the
+"""The engines' exports (hpcwizard.render): a Slurm batch script, and Kubernetes jobs for the
 Kubeflow MPI Operator (MPIJob), Kubeflow's PyTorchJob and TrainJob, and Volcano.
 
 Every manifest parses back to the data it was written from and validates against its
@@ -21,14 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from hpcwizard import engines, vocab
+from hpcwizard import vocab
 from hpcwizard.catalog import load_catalog
 from hpcwizard.choices import make_choices
-from hpcwizard.engines import yamltext
-from hpcwizard.engines.job import job_of
-from hpcwizard.engines.mpijob import mpijob_doc
-from hpcwizard.engines.pytorchjob import pytorchjob_doc, trainjob_doc
-from hpcwizard.engines.volcano import volcano_doc
+from hpcwizard.render import yamltext
+from hpcwizard.render.mpijob import mpijob_doc
+from hpcwizard.render.pytorchjob import pytorchjob_doc, trainjob_doc
+from hpcwizard.render.volcano import volcano_doc
 from hpcwizard.export import export_formats, render_export
 from hpcwizard.plan import build_plan
 from hpcwizard.session import write_export
@@ -161,7 +160,7 @@ KUBE_CASES = [(n, f) for n, f in CASES if f in KUBE]
 @pytest.mark.parametrize("name,fmt", KUBE_CASES, ids=[f"{n}-{f}" for n, f in KUBE_CASES])
 def test_manifest_reads_back_as_its_data_and_validates_against_the_crd(name, fmt):
     plan, text, data = manifest(name, fmt)
-    assert data == plain(KUBE[fmt][1](job_of(plan)))  # the emitter wrote what it was given
+    assert data == plain(KUBE[fmt][1](plan.job))  # the emitter wrote what it was given
     schema = crd(fmt)
     assert data["apiVersion"] == f"{schema['group']}/{schema['version']}"
     assert data["kind"] == schema["kind"]
@@ -293,7 +292,7 @@ def test_the_cli_and_the_wizard_list_the_registry():
     from screens.widgets import DEFAULT_PATHS, FORMAT_LABELS, WROTE
 
     names = tuple(export_formats())
-    assert names == vocab.INSTANCE_EXPORTS + engines.FORMATS == vocab.EXPORT_FORMATS
+    assert names == vocab.INSTANCE_EXPORTS + vocab.ENGINE_EXPORTS == vocab.EXPORT_FORMATS
     export = next(a for a in build_parser()._subparsers._group_actions[0].choices["export"]._actions
                   if a.dest == "format")
     assert tuple(export.choices) == names

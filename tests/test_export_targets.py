@@ -10,7 +10,7 @@ import pytest
 
 from _ib_fixtures import make_facts
 from hpcwizard import cli
-from hpcwizard.dockerfile import SETUP_NAME
+from hpcwizard.render.dockerfile import SETUP_NAME
 
 ARGV = ["export", "--framework", "mpi", "--network", "tcp"]
 

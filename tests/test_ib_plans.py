@@ -121,14 +121,16 @@ def test_mpi_ib_launch_uses_ucx_on_the_active_hardware_ports_only():
         Hca("rxe0", "rdma_rxe", ports=(port("rxe0", layer="Ethernet", netdev="eth0"),)),
     )
     f = with_(make_facts("debian12"), hcas=hcas)
-    env, args = launch_settings(f, make_choices(framework="mpi", network="ib"))
-    assert dict(env) == {"UCX_NET_DEVICES": "mlx5_0:1,mlx5_1:1"}
-    assert args == ("--mca", "plm_rsh_args", "-p 2222", "--mca", "pml", "ucx", "-x", "UCX_NET_DEVICES")
+    env, mca, passed = launch_settings(f, make_choices(framework="mpi", network="ib"))
+    assert env == {"UCX_NET_DEVICES": "mlx5_0:1,mlx5_1:1"}
+    assert mca == {"pml": "ucx"} and passed == ("UCX_NET_DEVICES",)
 
 
 def test_mpi_tcp_launch_has_no_ucx():
-    env, args = launch_settings(make_facts("debian12"), make_choices(framework="mpi", network="tcp", ssh_port=2200))
-    assert env == () and args == ("--mca", "plm_rsh_args", "-p 2200")
+    f, c = make_facts("debian12"), make_choices(framework="mpi", network="tcp", ssh_port=2200)
+    env, mca, passed = launch_settings(f, c)
+    assert env == {} and mca == {} and passed == ()
+    assert build_plan(f, c, CATALOG).mpirun_args == ("--mca", "plm_rsh_args", "-p 2200")
 
 
 def test_pytorch_ib_nccl_env_and_conf_file(tmp_path):

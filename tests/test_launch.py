@@ -12,7 +12,7 @@ from _core_fixtures import ROOT, facts
 from hpcwizard.catalog import load_catalog
 from hpcwizard.choices import make_choices
 from hpcwizard.export import export_formats
-from hpcwizard.launch import launch_script
+from hpcwizard.export import launch_script
 from hpcwizard.plan import build_plan
 
 IB_ENV = (("UCX_NET_DEVICES", "mlx5_0:1"), ("NCCL_IB_HCA", "=mlx5_0:1"))
@@ -22,8 +22,8 @@ def plan(framework="mpi", network="tcp", mode="manual", **kw):
     p = build_plan(facts(user=ROOT), make_choices(framework=framework, network=network, mode=mode),
                    load_catalog())
     if network == "ib":
-        extra = () if "ucx" in p.mpirun_args else ("--mca", "pml", "ucx")
-        p = dataclasses.replace(p, launch_env=IB_ENV, mpirun_args=p.mpirun_args + extra)
+        mca = {**p.job.mca, "pml": "ucx"}
+        p = dataclasses.replace(p, job=dataclasses.replace(p.job, env=dict(IB_ENV), mca=mca))
     return p
 
 

@@ -16,7 +16,7 @@ from hpcwizard import runtime
 from hpcwizard.catalog import load_catalog
 from hpcwizard.choices import make_choices
 from hpcwizard.detect import detect
-from hpcwizard.launch import launch_script
+from hpcwizard.export import launch_script
 from hpcwizard.plan import build_plan
 
 SYSROOTS = Path(__file__).parent / "fixtures" / "sysroots"

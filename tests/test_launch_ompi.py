@@ -13,10 +13,11 @@ from test_launch import HOSTS, _fakes, _run, plan
 from hpcwizard.catalog import load_catalog
 from hpcwizard.choices import make_choices
 from hpcwizard.detect.software import parse_mpirun_version
-from hpcwizard.dockerfile import dockerfile, mpi_env
+from hpcwizard.export import launch_script
+from hpcwizard.image import dockerfile
 from hpcwizard.facts import Software
-from hpcwizard.launch import (IFACE_ARGS_4, IFACE_ARGS_5, iface_args, launch_script,
-                              mpirun_args_for)
+from hpcwizard.render.mpirun import (IFACE_ARGS_4, IFACE_ARGS_5, iface_args, mca_args,
+                                    runtime_env)
 from hpcwizard.plan import build_plan
 
 OUT = Path(__file__).parent / "fixtures" / "outputs"
@@ -36,15 +37,15 @@ def test_facts_know_the_major_version():
     assert Software().ompi_major is None
 
 
-def test_plan_args_get_prrtes_names_for_open_mpi_5_only():
-    args = ["--mca", "plm_rsh_args", "-p 2222", "--mca", "pml", "ucx", "-x", "UCX_NET_DEVICES",
-            "--mca", "orte_keep_fqdn_hostnames", "1"]
-    assert mpirun_args_for(args, 4) == args
-    assert mpirun_args_for(args, None) == args  # unknown: the plan's (4.x) names
-    assert mpirun_args_for(args, 5) == [
-        "--prtemca", "plm_ssh_args", "-p 2222", "--mca", "pml", "ucx", "-x", "UCX_NET_DEVICES",
-        "--prtemca", "prte_keep_fqdn_hostnames", "1"]
-    assert args[:3] == ["--mca", "plm_rsh_args", "-p 2222"]  # the plan's list is not changed
+def test_job_settings_get_prrtes_names_for_open_mpi_5_only():
+    mca = {"plm_rsh_args": "-p 2222", "pml": "ucx", "orte_keep_fqdn_hostnames": "1"}
+    four = ["--mca", "plm_rsh_args", "-p 2222", "--mca", "pml", "ucx",
+            "--mca", "orte_keep_fqdn_hostnames", "1", "-x", "UCX_NET_DEVICES"]
+    assert mca_args(mca, ("UCX_NET_DEVICES",), 4) == four
+    assert mca_args(mca, ("UCX_NET_DEVICES",), None) == four  # unknown: 4.x names
+    assert mca_args(mca, ("UCX_NET_DEVICES",), 5) == [
+        "--prtemca", "plm_ssh_args", "-p 2222", "--mca", "pml", "ucx",
+        "--prtemca", "prte_keep_fqdn_hostnames", "1", "-x", "UCX_NET_DEVICES"]
     assert iface_args("eth0", 4) == ["--mca", "btl_tcp_if_include", "eth0",
                                      "--mca", "oob_tcp_if_include", "eth0"]
     assert iface_args("eth0", 5) == ["--mca", "btl_tcp_if_include", "eth0",
@@ -68,7 +69,7 @@ def test_dockerfile_env_names_the_port_for_both_versions():
     p = build_plan(make_facts("debian12"), make_choices(framework="mpi", network="tcp",
                                                         mode="manual", ssh_port="2345"),
                    load_catalog())
-    assert mpi_env(p) == [("OMPI_MCA_plm_rsh_args", "-p 2345"),
+    assert runtime_env(p.job) == [("OMPI_MCA_plm_rsh_args", "-p 2345"),
                           ("PRTE_MCA_plm_ssh_args", "-p 2345")]
     env = [ln for ln in dockerfile(p).splitlines() if ln.startswith("ENV ")]
     assert env == ['ENV OMPI_MCA_plm_rsh_args="-p 2345" PRTE_MCA_plm_ssh_args="-p 2345"']

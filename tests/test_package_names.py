@@ -14,7 +14,7 @@ import pytest
 from hpcwizard.catalog import PACKAGE_NAMES, PackageNames, RecipeError, load_catalog
 from hpcwizard.choices import make_choices
 from hpcwizard.detect.os_release import KNOWN_IDS, package_manager_of
-from hpcwizard.dockerfile import image_setup_script
+from hpcwizard.image import image_setup_script
 from hpcwizard.export import setup_script
 from hpcwizard.facts import OsInfo
 from hpcwizard.plan import build_plan, wanted_packages

@@ -264,7 +264,7 @@ def test_hostfile_text_is_what_the_library_writes(tmp_path):
 def test_the_launch_script_embeds_this_library():
     from test_launch import plan
 
-    from hpcwizard.launch import launch_script
+    from hpcwizard.export import launch_script
 
     body = runtime.library().split("\n", 1)[1].strip("\n")  # less its shellcheck line
     for framework in ("mpi", "pytorch"):
@@ -286,9 +286,10 @@ def test_an_uncalled_function_is_excused_to_shellcheck_old_and_new():
     lib = runtime.library()
     excuses = [line for line in lib.splitlines() if "disable=" in line and "SC2329" in line]
     assert excuses and all("SC2317" in line for line in excuses), excuses
-    from hpcwizard import launch
-    for name in ("TORCH_PROGRAM_SH", "_PLANNED_ENV_SH", "_BODY", "_MPI", "_TORCH"):
-        text = getattr(launch, name)
+    from hpcwizard.render import launch, shell
+    for module, name in ((shell, "TORCH_PROGRAM_SH"), (shell, "_PLANNED_ENV_SH"),
+                         (launch, "_BODY"), (launch, "_MPI"), (launch, "_TORCH")):
+        text = getattr(module, name)
         assert all("SC2317" in line for line in text.splitlines()
                    if "disable=" in line and "SC2329" in line), name
 

@@ -24,7 +24,7 @@ from _core_fixtures import ROOT, bash, facts
 from hpcwizard.catalog import load_catalog
 from hpcwizard.choices import make_choices
 from hpcwizard.facts import UserInfo
-from hpcwizard.launch import launch_script
+from hpcwizard.export import launch_script
 from hpcwizard import ops
 from hpcwizard.plan import build_plan
 

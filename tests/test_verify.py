@@ -172,7 +172,7 @@ def test_no_printing_in_verify(capsys):
 
 
 def test_cli_formats_and_exits(monkeypatch, capsys):
-    import hpcwizard.verify as v
+    import hpcwizard.verify.orchestrate as v  # where verify() makes its System
     from hpcwizard.cli import main
 
     fake = FakeSystem({"node1": "ok", "node2": "down"})
@@ -197,7 +197,7 @@ def test_cli_verify_record_uses_its_choices_and_keeps_the_outcome(monkeypatch, c
                                                                   tmp_path):
     """`verify --record R`: the record's choices (its port 2022), the outcome kept in it, as
     the wizard's Done screen does; choices given beside it are refused, nothing run."""
-    import hpcwizard.verify as v
+    import hpcwizard.verify.orchestrate as v  # where verify() makes its System
     from hpcwizard.cli import main
     from hpcwizard.compat import tomllib
     from hpcwizard.record import Record
@@ -233,7 +233,7 @@ def test_cli_verify_record_uses_its_choices_and_keeps_the_outcome(monkeypatch, c
 
 
 def _cli_record(monkeypatch, tmp_path, peers):
-    import hpcwizard.verify as v
+    import hpcwizard.verify.orchestrate as v  # where verify() makes its System
     from hpcwizard.record import Record
 
     fake = FakeSystem(peers)

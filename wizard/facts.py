@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any, Dict, Optional, Tuple
 
+from .notes import Note
 
 # Families decide package names and the package manager's command line.
 FAMILIES = ("debian", "rhel", "suse", "alpine", "unknown")
@@ -188,48 +189,6 @@ class SshDir:
     def provided(self) -> bool:
         """The platform's: a mount, or a directory this user cannot write."""
         return bool(self.mounted) or self.read_only
-
-
-class Note(str):
-    """A note or warning of detection, as a message. The str is its English text (what logs,
-    `in` checks and older readers of the facts see); code names the message and args fill
-    it in, so that shown() gives it in the chosen language (the texts: hpcwizard.detect.
-    notes). code "": a text from elsewhere (an older facts file), shown as it is.
-    A str rather than a dataclass so that every reader of Facts.notes keeps working."""
-
-    code: str
-    args: Dict[str, Any]
-
-    def __new__(cls, text: str, code: str = "", args: Optional[Dict[str, Any]] = None) -> "Note":
-        self = super().__new__(cls, text)
-        object.__setattr__(self, "code", code)
-        object.__setattr__(self, "args", dict(args or {}))
-        return self
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("a Note does not change")
-
-    def __reduce__(self) -> Any:  # copy, deepcopy (dataclasses.asdict) and pickle
-        return (Note, (str(self), self.code, dict(self.args)))
-
-    def shown(self) -> str:
-        """The message in the chosen language."""
-        from .detect.notes import shown
-
-        return shown(self)
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {"code": self.code, "text": str(self), "args": dict(self.args)}
-
-    @classmethod
-    def from_value(cls, value: Any) -> "Note":
-        """From to_dict()'s form, a plain text (older facts), or a Note."""
-        if isinstance(value, Note):
-            return value
-        if isinstance(value, dict):
-            return cls(str(value.get("text", "")), str(value.get("code", "")),
-                       value.get("args") if isinstance(value.get("args"), dict) else None)
-        return cls(str(value))
 
 
 @dataclass(frozen=True)

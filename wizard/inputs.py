@@ -13,15 +13,11 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import stat
 import sys
-from typing import Optional
 
 from .i18n import N_, _
-from .validate import BadInput
-
-_ASCII_NUMBER = re.compile(r"[0-9]{1,18}")
+from .validate import BadInput, ascii_int  # noqa: F401  (ascii_int: read through here too)
 
 # Limits of what is read whole. A record of a 40-step plan is about 40 kB, a hostfile of
 # 4096 hosts about 100 kB, an ssh/mpirun/NCCL log worth diagnosing a few MB.
@@ -29,12 +25,6 @@ RECORD_LIMIT = 4 * 1024 * 1024
 HOSTFILE_LIMIT = 1024 * 1024
 LOG_LIMIT = 64 * 1024 * 1024
 SMALL_FILE_LIMIT = 1024 * 1024  # os-release, sysfs and procfs values
-
-
-def ascii_int(value: object) -> Optional[int]:
-    """The number plain ASCII digits stand for (surrounding blanks allowed), else None."""
-    text = str(value).strip()
-    return int(text) if _ASCII_NUMBER.fullmatch(text) else None
 
 
 def number(value: object, name: str, lo: int, hi: int, field: str = "") -> int:

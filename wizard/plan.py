@@ -16,6 +16,8 @@ from .choices import Choices
 from .facts import Facts, OsInfo, Port, SshDir
 from .i18n import N_, _, pick, translations
 from .inputs import ascii_int
+from .job import Job
+from .render.mpirun import mpirun_args
 from .peers import Peers, resolve_peers
 from .step import Step
 from .validate import BadInput, package_file_name
@@ -51,10 +53,10 @@ class Plan:
     steps: Tuple[Step, ...]
     warnings: Tuple[str, ...] = ()
     os_label: str = ""
-    # What a job launched on these instances needs, for the launch script and verify:
-    # environment (NCCL_IB_HCA, UCX_NET_DEVICES, ...) and extra mpirun arguments.
-    launch_env: Tuple[Tuple[str, str], ...] = ()
-    mpirun_args: Tuple[str, ...] = ()
+    # What a job launched on these instances needs, for every renderer and verify: port,
+    # user, environment (NCCL_IB_HCA, UCX_NET_DEVICES, ...), MCA settings. Not given: made
+    # from the choices and the target, with no environment or settings (__post_init__).
+    job: Job = None  # type: ignore[assignment]
     # The distribution planned for (the Dockerfile's FROM) and every package the chosen
     # recipes want, installed here or not (an image built from scratch needs them all).
     os: OsInfo = field(default_factory=OsInfo)
@@ -63,9 +65,23 @@ class Plan:
     # another distribution (the PyTorch image's Ubuntu) resolves them for its own release.
     packages_generic: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()
 
+    def __post_init__(self) -> None:
+        if self.job is None:
+            object.__setattr__(self, "job", make_job(self.choices, self.target,
+                                                     self.recommendation, self.os_label))
+
     @property
     def needs_root(self) -> bool:
         return needs_root(self.steps)
+
+    @property
+    def launch_env(self) -> Tuple[Tuple[str, str], ...]:
+        return tuple(self.job.env.items())
+
+    @property
+    def mpirun_args(self) -> Tuple[str, ...]:
+        """The job's mpirun arguments in Open MPI 4's names, as records keep them."""
+        return tuple(mpirun_args(self.job))
 
     def to_dict(self) -> Dict[str, Any]:
         rec = self.recommendation
@@ -629,9 +645,10 @@ def build_plan(facts: Facts, choices: Choices, catalog: Catalog,
     preset = catalog.preset_for(choices.framework, choices.network)
     rec = recommend(facts, choices, preset, steps_t, any(r.packages for r in recipes), wanted)
     label = facts.os.pretty_name or f"{facts.os.id} {facts.os.version_id}".strip()
-    env, mpi_args = launch_settings(facts, choices)
+    env, mca, passed = launch_settings(facts, choices)
+    job = make_job(choices, target, rec, label, env=env, mca=mca, passed=passed)
     generic = tuple((m, wanted_packages(m, recipes)) for m in ("apt", "dnf", "yum"))
-    return Plan(choices, target, rec, steps_t, tuple(warnings), label, env, mpi_args,
+    return Plan(choices, target, rec, steps_t, tuple(warnings), label, job,
                 os=facts.os, packages_wanted=wanted,
                 packages_generic=tuple((m, g) for m, g in generic if g))
 
@@ -758,8 +775,22 @@ def nccl_settings(facts: Facts, network: str) -> Tuple[Tuple[str, str], ...]:
     return tuple(env)
 
 
-def launch_settings(facts: Facts, choices: Choices) -> "tuple[Tuple[Tuple[str, str], ...], Tuple[str, ...]]":
-    """Environment and mpirun arguments a job needs on these instances.
+def make_job(choices: Choices, target: Target, rec: Recommendation, os_label: str = "", *,
+             env: Optional[Mapping[str, str]] = None, mca: Optional[Mapping[str, str]] = None,
+             passed: Tuple[str, ...] = ()) -> Job:
+    """The Job the renderers take: the choices, the target and the launch settings."""
+    return Job(framework=choices.framework, network=choices.network, user=target.user,
+               uid=target.uid, home=target.home, ssh_port=int(choices.ssh_port),
+               host_keys=choices.host_keys, hosts=choices.peers, env=dict(env or {}),
+               mca=dict(mca or {}), passed=tuple(passed), os_label=os_label,
+               mode=choices.mode, recommended=rec.path,
+               preset_image=rec.preset.image if rec.preset else "")
+
+
+def launch_settings(facts: Facts, choices: Choices) -> "tuple[Dict[str, str], Dict[str, str], Tuple[str, ...]]":
+    """Environment, Open MPI MCA settings (Open MPI 4 names; ssh's port is the Job's, made
+    a setting when rendered) and the names mpirun passes to the ranks (-x) that a job needs
+    on these instances.
 
     MPI: ssh on the chosen port; over InfiniBand '--mca pml ucx' (Debian and Ubuntu disable UCX
     in /etc/openmpi/openmpi-mca-params.conf, and elsewhere it makes a job fail instead of
@@ -769,19 +800,19 @@ def launch_settings(facts: Facts, choices: Choices) -> "tuple[Tuple[Tuple[str, s
     GLOO_SOCKET_IFNAME, the same interface as NCCL's, for gloo (CPU tensors, and the gloo
     groups a job makes beside NCCL's): gloo takes a comma list of exact names, no '='.
     """
-    env: List[Tuple[str, str]] = []
-    args: List[str] = []
+    env: Dict[str, str] = {}
+    mca: Dict[str, str] = {}
+    passed: Tuple[str, ...] = ()
     if choices.framework == "mpi":
-        args = ["--mca", "plm_rsh_args", f"-p {choices.ssh_port}"]
         if choices.network == "ib":
-            args += ["--mca", "pml", "ucx"]
+            mca["pml"] = "ucx"
             devices = rdma_devices(facts)
             if devices:
-                env.append(("UCX_NET_DEVICES", devices))
-                args += ["-x", "UCX_NET_DEVICES"]
+                env["UCX_NET_DEVICES"] = devices
+                passed = ("UCX_NET_DEVICES",)
     else:
-        env.extend(nccl_settings(facts, choices.network))
+        env.update(nccl_settings(facts, choices.network))
         iface = socket_iface(facts)
         if iface:
-            env.append(("GLOO_SOCKET_IFNAME", iface))
-    return tuple(env), tuple(args)
+            env["GLOO_SOCKET_IFNAME"] = iface
+    return env, mca, passed

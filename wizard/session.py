@@ -305,7 +305,7 @@ def export_files(plan: Plan, fmt: str, path: Path) -> List[ExportFile]:
 
     files = [ExportFile(path, render_export(plan, fmt))]
     if fmt == "dockerfile":
-        from .dockerfile import companion_files
+        from .image import companion_files
 
         files += [ExportFile(path.parent / name, body)
                   for name, body in companion_files(plan).items()]

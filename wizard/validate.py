@@ -7,7 +7,7 @@ act on. The CLI turns BadInput into exit status 2; the TUI shows it at the field
 from __future__ import annotations
 
 import re
-from typing import List
+from typing import List, Optional
 
 from .i18n import _
 
@@ -36,9 +36,16 @@ _URL = re.compile(r"^https?://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:[0-9]{1,5})?"
 _PACKAGE_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~-]*\.(deb|rpm)$")
 
 
-def port(value: object) -> int:
-    from .inputs import ascii_int  # inputs imports BadInput from here
+_ASCII_NUMBER = re.compile(r"[0-9]{1,18}")
 
+
+def ascii_int(value: object) -> Optional[int]:
+    """The number plain ASCII digits stand for (surrounding blanks allowed), else None."""
+    text = str(value).strip()
+    return int(text) if _ASCII_NUMBER.fullmatch(text) else None
+
+
+def port(value: object) -> int:
     number = ascii_int(value)  # ASCII digits: '²²²²'.isdigit() is True, int('٢٢٢٢') is 2222
     if number is None:
         raise BadInput(_("port {value!r} is not a number: give a TCP port from 1 to 65535")

@@ -107,8 +107,8 @@ DEFAULT_USER = ""  # the user running hpcwizard
 DEFAULT_PEERS = ""  # derived from the job's hosts (hpcwizard.peers); a plan keeps what it used
 
 # The export formats, in the order the command line and the wizard list them: files for this
-# kind of instance, then the engines jobs grow into (hpcwizard.engines). The renderers are
-# hpcwizard.export.export_formats(); tests/test_engines.py holds its names to these.
+# kind of instance, then the engines jobs grow into. The renderers (hpcwizard.render) are
+# registered in hpcwizard.export.FORMATS; tests/test_engines.py holds its names to these.
 INSTANCE_EXPORTS = ("setup", "dockerfile", "launch")
 ENGINE_EXPORTS = ("sbatch", "mpijob", "pytorchjob", "trainjob", "volcano")
 EXPORT_FORMATS = INSTANCE_EXPORTS + ENGINE_EXPORTS

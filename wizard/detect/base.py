@@ -17,7 +17,7 @@ from ..facts import Note
 from ..inputs import SMALL_FILE_LIMIT, read_bytes
 from ..validate import BadInput
 from ..vocab import DEFAULT_SSH_PORT
-from .notes import note
+from ..notes import note
 from .run import Result, Started, run, start
 
 # procfs tables that grow with the machine (a line per CPU, socket, route or address)
@@ -203,7 +203,7 @@ class Found:
         self.values[key] = value
 
     def note(self, code: Union[str, Note], **args: Any) -> None:
-        """Why something is unknown: a code of hpcwizard.detect.notes and what fills it in."""
+        """Why something is unknown: a code of hpcwizard.notes and what fills it in."""
         self.notes.append(code if isinstance(code, Note) else note(code, **args))
 
     def warn(self, code: Union[str, Note], **args: Any) -> None:

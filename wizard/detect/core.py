@@ -27,7 +27,7 @@ from ..i18n import N_
 from ..vocab import DEFAULT_SSH_PORT
 from . import commands
 from .base import Context, Found
-from .notes import note
+from ..notes import note
 from .run import CommandTimeout
 
 

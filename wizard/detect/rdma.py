@@ -18,7 +18,7 @@ from ..inputs import ascii_int
 from .base import Context, Found
 from .commands import IBV_DEVINFO
 from .gpu import _device_evidence as gpus_present, parse_proc_driver_version
-from .notes import note
+from ..notes import note
 
 SOFTWARE_PREFIXES = {"rxe": "rdma_rxe", "siw": "siw"}
 

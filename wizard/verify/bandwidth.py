@@ -26,8 +26,10 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 from ..facts import Port
 from ..i18n import _
+from ..plan import job_ports
 from . import needs as N
 from .context import Ctx, _check, _skip, gather
+from .pair import launch_pair, torch_nproc
 from .parse import (address_of, parse_busbw, parse_ib_write_bw, parse_link_speed,
                     parse_tcp_bw, parse_tcp_listen, route_dev)
 from .probes import (IbWriteBwClient, IbWriteBwServer, LinkSpeed, Ran, Resolve,
@@ -243,8 +245,6 @@ def ib_title(ctx: Ctx, host: str = "") -> str:
 
 
 def check_ib_write_bw(ctx: Ctx, host: str = "") -> List[Check]:
-    from ..plan import job_ports
-
     ports = job_ports(ctx.facts)[0]
     if not ports:
         return [_skip("cluster/ib-write-bw", ib_title(ctx),
@@ -364,11 +364,8 @@ def busbw_title(ctx: Ctx, host: str = "") -> str:
 
 
 def check_torch_busbw(ctx: Ctx, host: str = "") -> List[Check]:
-    from ..plan import job_ports
-    from .cluster import launch_pair, torch_nproc, torch_pair
-
     cid, title = "cluster/torch-busbw", busbw_title(ctx)
-    pair = torch_pair(ctx)
+    pair = N.torch_pair(ctx)
     assert pair is not None  # its needs: N.A_PEER_LOGIN
     here, other = pair
     t0 = time.monotonic()

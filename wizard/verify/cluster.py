@@ -10,44 +10,37 @@ The hosts are the ones the launch script would use, in its order, and "which one
 its answer (hpcwizard.runtime): what passes here is what the launch does."""
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..diagnose import diagnose, explain
-from ..facts import Facts, Software
+from ..detect.software import parse_mpirun_version
+from ..facts import Software
 from ..i18n import _
 from ..inputs import ascii_int
+from ..render.mpirun import iface_args, mpirun_args
+from ..runtime import hostfile_text
 from . import bandwidth as BW
 from . import fleet
 from . import needs as N
-from .context import Ctx, _check, _skip, gather
+from .context import Ctx, _check, _skip
+from .nccl_log import nccl_transport
+from .pair import (RENDEZVOUS_PORT, STATIC_RENDEZVOUS, cache_path, launch_pair,  # noqa: F401
+                   spread, torch_nproc)
 from .parse import (host_lines, parse_allreduce, route_dev, short,
                     transport_from_ucx_log, address_of)
-from .probes import (BuildMpiProgram, CopyTo, IsExecutable, LaunchHalf, Mpirun, MpirunVersion,
-                     Ran, Resolve, RouteTo, WriteOnce)
+from .probes import (BuildMpiProgram, IsExecutable, Mpirun, MpirunVersion, Ran, Resolve,
+                     RouteTo)
 from .results import FAIL, PASS, Check
 from .shipped import MPI_ALLREDUCE, TORCH_ALLREDUCE, program
 from .spec import Spec
-
-RENDEZVOUS_PORT = "29500"  # torchrun's MASTER_PORT in the launch script, when none is set
-# torchrun takes PET_<OPTION> as its options' defaults: an elastic job's rendezvous in
-# verify's own environment would reach the local half only. Said to both: static, at
-# MASTER_ADDR:MASTER_PORT (torch.distributed.run get_rdzv_endpoint: an empty endpoint with
-# static is the master's), the default id and conf, and no standalone (check_env reads it
-# with int(), so "0", not "").
-STATIC_RENDEZVOUS = (("PET_RDZV_BACKEND", "static"), ("PET_RDZV_ENDPOINT", ""),
-                     ("PET_RDZV_ID", "none"), ("PET_RDZV_CONF", ""), ("PET_STANDALONE", "0"))
 
 
 def _hostfile(ctx: Ctx, names: Sequence[str]) -> str:
     """The hostfile of these of the job's hosts, with the slots the launch gives them (a
     hostfile's own counts, else 1): verify's checks place one rank a host (--map-by node)."""
-    from ..runtime import hostfile_text
-
     hosts = ctx.hosts
     per = dict(zip(hosts.names, hosts.slots)) if hosts is not None else {}
     return hostfile_text(list(names), [per.get(n, 1) for n in names])
@@ -61,8 +54,6 @@ def mpi_setup(ctx: Ctx) -> Tuple[Optional[int], str, str, str]:
     goes through (`ip -o route get ADDRESS`), as the launch script chooses it."""
     if ctx.mpi is not None:
         return ctx.mpi
-    from ..detect.software import parse_mpirun_version
-
     r = ctx.ask(MpirunVersion(user=ctx.user))
     flavour, version = parse_mpirun_version(r.out) if r.ok else ("", "")
     sw = Software(mpi_flavour=flavour, mpi_version=version) if flavour else ctx.facts.software
@@ -92,11 +83,9 @@ def _mpi_note(ctx: Ctx) -> str:
 def _mpirun_args(ctx: Ctx) -> List[str]:
     """The plan's mpirun arguments in the names of the Open MPI installed here (5.x:
     PRRTE's), kept to the interface that reaches the other hosts."""
-    from ..launch import iface_args, mpirun_args_for
-
     major, _version, iface, _why = mpi_setup(ctx)
     argv = ["--allow-run-as-root"] if ctx.target == "root" or ctx.plan.target.uid == 0 else []
-    argv += mpirun_args_for(ctx.plan.mpirun_args, major)
+    argv += mpirun_args(ctx.plan.job, major)
     if iface:
         argv += iface_args(iface, major)
     return argv
@@ -128,16 +117,6 @@ def check_mpirun(ctx: Ctx, host: str = "") -> Check:
                           "below names the reason."))
 
 
-def _spread(ctx: Ctx, hosts: Sequence[str], path: str, data: bytes) -> Optional[Ran]:
-    """Put a file at the same path on each host over SSH (skipped where it already is, so a
-    shared home is never truncated). Returns the failed command, if any."""
-    for host in hosts:
-        r = ctx.ask(CopyTo(host, ctx.port, path, data, user=ctx.user))
-        if not r.ok:
-            return r
-    return None
-
-
 def _read_owned(path: str, uid: int, limit: int = 64 * 1024 * 1024) -> bytes:
     """The bytes of path when it is a regular file (not a symlink) owned by uid, else b"":
     root copies the job user's test program to the peers, never a file that user could not
@@ -164,11 +143,6 @@ def _read_owned(path: str, uid: int, limit: int = 64 * 1024 * 1024) -> bytes:
         os.close(fd)
 
 
-def _cache_path(ctx: Ctx, name: str, text: str) -> str:
-    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
-    return f"{ctx.plan.target.home}/.cache/hpcwizard/{digest}-{name}"
-
-
 def mpi_transport_title(ctx: Ctx, host: str = "") -> str:
     return _("MPI over UCX uses InfiniBand between instances")
 
@@ -177,7 +151,7 @@ def check_mpi_transport(ctx: Ctx, host: str = "") -> Check:
     """Over IB: an MPI all-reduce across two instances with UCX logging: IB or TCP?"""
     title = mpi_transport_title(ctx)
     source = program(MPI_ALLREDUCE)
-    exe = _cache_path(ctx, MPI_ALLREDUCE, source)[:-2]
+    exe = cache_path(ctx, MPI_ALLREDUCE, source)[:-2]
     t0 = time.monotonic()
     if not ctx.ask(IsExecutable(exe, user=ctx.user)).ok:
         r = ctx.ask(BuildMpiProgram(exe, source, user=ctx.user))
@@ -189,7 +163,7 @@ def check_mpi_transport(ctx: Ctx, host: str = "") -> Check:
     pair = list(ctx.names[:2])
     binary = _read_owned(exe, ctx.plan.target.uid)
     if binary:
-        failed = _spread(ctx, pair, exe, binary)
+        failed = spread(ctx, pair, exe, binary)
         if failed is not None:
             return _check("cluster/mpi-transport", title, failed, False, t0=t0,
                           detail=failed.last_line(),
@@ -215,68 +189,8 @@ def check_mpi_transport(ctx: Ctx, host: str = "") -> Check:
                   _("The MPI test job failed; the diagnosis names the reason."))
 
 
-def torch_pair(ctx: Ctx) -> Optional[Tuple[str, str]]:
-    """This host and the first other host whose key login passed: the all-reduce's two
-    halves (None when there is no such other host)."""
-    here = ctx.here_name()
-    for h in ctx.names:
-        login = ctx.found(f"peer/{h}/login")
-        if h != here and login is not None and login.status == PASS:
-            return here, h
-    return None
-
-
 def torch_allreduce_title(ctx: Ctx, host: str = "") -> str:
     return _("torch.distributed all_reduce across two instances")
-
-
-# torchrun's --nproc-per-node words (torch.distributed.run determine_local_world_size):
-# gpu refuses to start without CUDA, cpu starts one per CPU, auto the accelerators else as cpu
-_CPU_SAMPLE = 2
-
-
-def torch_nproc(facts: Facts, env: Mapping[str, str]) -> Tuple[int, str]:
-    """(the processes per instance verify's all-reduce starts, where that count came from),
-    by the launch script's rule: NPROC_PER_NODE, a number (the launch script refuses a word
-    there: it is hpcwizard's own count); else Kubeflow's PET_NPROC_PER_NODE, a number or
-    one of torchrun's words, which the launch passes to torchrun as they are; else the GPUs
-    (the facts': the launch counts them with nvidia-smi when it runs), at least 1. The
-    words as torchrun counts them: auto and gpu the GPUs here; gpu with none is refused, as
-    torchrun refuses it. cpu, and auto with no GPU, start one process per CPU in torchrun:
-    verify starts 2 (fewer CPUs: 1 each), which proves what a per-CPU count needs (several
-    local ranks on each instance, a world of 2 x N) without a Python with torch per core on
-    both instances. xpu: 1, verify does not count XPUs. Told through the environment, so
-    verify run where the job runs checks the job's count; given to both halves outright,
-    since the remote one, over SSH, sees none of this environment. None of these as a
-    count: (0, the refusal)."""
-    for var in ("NPROC_PER_NODE", "PET_NPROC_PER_NODE"):
-        value = env.get(var, "").strip()
-        if not value:
-            continue
-        if var == "PET_NPROC_PER_NODE" and value in ("auto", "cpu", "gpu", "xpu"):
-            return _nproc_word(facts, var, value)
-        n = ascii_int(value)
-        if n is None or not 1 <= n <= 999999:
-            return 0, _("{var}={value!r} is not a number of processes (1 or more): the launch "
-                        "script refuses it").format(var=var, value=value[:40])
-        return n, var
-    gpus = len(facts.gpus)
-    return (gpus, _("the GPUs here")) if gpus else (1, _("no GPU here, 1"))
-
-
-def _nproc_word(facts: Facts, var: str, word: str) -> Tuple[int, str]:
-    gpus = len(facts.gpus)
-    if word in ("auto", "gpu") and gpus:
-        return gpus, _("the GPUs here")
-    if word == "gpu":
-        return 0, _("{var}=gpu, and no GPU here: torchrun refuses it without CUDA").format(
-            var=var)
-    if word == "xpu":
-        return 1, _("{var}=xpu: 1, verify does not count XPUs").format(var=var)
-    cpus = facts.cpus or 1
-    n = min(_CPU_SAMPLE, cpus)
-    return n, _("{var}={word}: {n} of the {cpus} CPUs here (torchrun starts one per "
-                "CPU)").format(var=var, word=word, n=n, cpus=cpus)
 
 
 def allreduce_problem(local: Sequence[Dict[str, str]], remote: Sequence[Dict[str, str]],
@@ -312,51 +226,10 @@ def allreduce_problem(local: Sequence[Dict[str, str]], remote: Sequence[Dict[str
     return ""
 
 
-def launch_pair(ctx: Ctx, other: str, name: str, nproc: int,
-                extra_env: Sequence[Tuple[str, str]] = ()) -> Tuple[Ran, Ran, str, Optional[str]]:
-    """programs/NAME through the launch script, nproc processes here (node rank 0) and nproc
-    on other (node rank 1), at once: (this half, that half, the command both are, why they
-    could not start or None)."""
-    from ..launch import launch_script
-
-    here = ctx.here_name()
-    script = launch_script(ctx.plan)
-    test = program(name)
-    spath = _cache_path(ctx, "launch.sh", script)
-    ppath = _cache_path(ctx, name, test)
-    for path, text in ((spath, script), (ppath, test)):
-        ctx.ask(WriteOnce(path, text, user=ctx.user))
-        failed = _spread(ctx, [other], path, text.encode())
-        if failed is not None:
-            empty = Ran((), 1, "")
-            return empty, empty, failed.command, _(
-                "cannot copy the test to {host} over SSH ({error})").format(
-                host=other, error=failed.last_line())
-    # The rendezvous (torchrun's TCP store on the first host) named on both sides: a
-    # MASTER_ADDR or MASTER_PORT in verify's own environment must not reach one half only.
-    # So is the count of processes: the expected lines are 2 x nproc whatever each half
-    # would count by itself.
-    env = (*extra_env, ("HOSTS", f"{here},{other}"), ("WAIT_TRIES", "5"),
-           ("MASTER_ADDR", here), ("MASTER_PORT", RENDEZVOUS_PORT),
-           ("NPROC_PER_NODE", str(nproc)), *STATIC_RENDEZVOUS)
-    # The python3 that imports torch here (the same image is at the same path there): an
-    # SSH command's PATH often lacks a conda or pyenv interpreter.
-    # Each half's rank said outright: a NODE_RANK in verify's environment (the platform's
-    # rank of this instance in the whole job) would reach the local half and, for HOSTS of
-    # two, be refused or make both halves rank 1.
-    local = LaunchHalf(spath, ctx.python, ppath, env + (("NODE_RANK", "0"),), user=ctx.user)
-    remote = LaunchHalf(spath, ctx.python, ppath, env + (("NODE_RANK", "1"),), host=other,
-                        port=ctx.port, user=ctx.user)
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        r_local, r_remote = gather(ctx, [pool.submit(ctx.ask, local),
-                                         pool.submit(ctx.ask, remote)])
-    return r_local, r_remote, local.command + "  &  " + remote.command, None
-
-
 def check_torch_allreduce(ctx: Ctx, host: str = "") -> Check:
     """nproc processes on this host and nproc on another, through the launch script."""
     tid, title = "cluster/torch-allreduce", torch_allreduce_title(ctx)
-    pair = torch_pair(ctx)
+    pair = N.torch_pair(ctx)
     assert pair is not None  # its needs: N.A_JOB_HOST, N.A_PEER_LOGIN
     here, other = pair
     nproc, nproc_from = torch_nproc(ctx.facts, os.environ)
@@ -400,8 +273,6 @@ def check_nccl_transport(ctx: Ctx, host: str = "") -> Check:
     its connection lines also say whether the NIC reads GPU memory itself (GPUDirect RDMA)
     or every transfer is copied through host memory. The all-reduce ran on NCCL (its needs):
     with gloo on CPU this check is skipped, so nothing about GPUDirect is claimed there."""
-    from .nccl_log import nccl_transport
-
     assert ctx.allreduce is not None  # its needs: N.ALLREDUCE
     both, _backend, command = ctx.allreduce
     found = nccl_transport(both.out)

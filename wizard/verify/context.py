@@ -26,7 +26,7 @@ class Ctx:
         self.facts = facts
         self.sys = system
         self.hosts = hosts
-        self.port = int(plan.choices.ssh_port)
+        self.port = plan.job.ssh_port
         self.framework = plan.choices.framework
         self.network = plan.choices.network
         self.target = plan.target.user

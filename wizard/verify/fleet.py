@@ -6,27 +6,23 @@ rates. Versions that differ between instances are a known cause of hangs, so the
 is named ("node3: UCX 1.15.0, the others 1.16.0")."""
 from __future__ import annotations
 
-import threading
 import time
-import weakref
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Sequence, Tuple
 
 from ..diagnose import explain
 from ..i18n import _
+from ..plan import job_ports as planned_ports
 from .context import Ctx
+from .here import _job_ports
 from .parse import IbFacts, IbPort, parse_ib_facts
 from .probes import ReadIbFacts
+from .readings import keep, read_facts
 from .results import FAIL, PASS, Check
 from .shipped import program
 
 IB_FACTS = "ib_facts.sh"
-
-# What each verification read, host -> facts, for the cluster check. Kept beside the Ctx
-# rather than in it: the per-host checks run in the pool's threads.
-_READ: "weakref.WeakKeyDictionary[Ctx, Dict[str, IbFacts]]" = weakref.WeakKeyDictionary()
-_LOCK = threading.Lock()
 
 
 def script() -> str:
@@ -37,23 +33,9 @@ def script() -> str:
                      if line.strip() and not line.lstrip().startswith("#"))
 
 
-def read_facts(ctx: Ctx) -> Dict[str, IbFacts]:
-    """The hosts whose facts were read in this verification, in the job's order."""
-    with _LOCK:
-        got = dict(_READ.get(ctx, {}))
-    return {h: got[h] for h in ctx.names if h in got}
-
-
-def _keep(ctx: Ctx, host: str, facts: IbFacts) -> None:
-    with _LOCK:
-        _READ.setdefault(ctx, {})[host] = facts
-
-
 def job_layer(ctx: Ctx) -> str:
     """The link layer of the job's ports here (the plan uses one: InfiniBand beside RoCE)."""
-    from ..plan import job_ports
-
-    ports = job_ports(ctx.facts)[0]
+    ports = planned_ports(ctx.facts)[0]
     return ports[0].link_layer if ports else "InfiniBand"
 
 
@@ -138,8 +120,6 @@ def host_title(ctx: Ctx, host: str) -> str:
 
 def check_host(ctx: Ctx, host: str) -> Check:
     """One probe on host (this instance: bash here, no SSH), its facts kept for cluster/ib-same."""
-    from .here import _job_ports
-
     here = host == ctx.here_name()
     probe = ReadIbFacts(script(), ctx.python if ctx.framework == "pytorch" else "",
                         host="" if here else host, port=ctx.port, user=ctx.user)
@@ -151,7 +131,7 @@ def check_host(ctx: Ctx, host: str) -> Check:
         return Check(cid, title, FAIL, r.command, r.last_line(),
                      _("Could not read the InfiniBand facts of {host}: the probe did not "
                        "finish.").format(host=host), host, seconds=time.monotonic() - t0)
-    _keep(ctx, host, facts)
+    keep(ctx, host, facts)
     layer = job_layer(ctx)
     problems = host_problems(facts, host, layer, _job_ports(ctx))
     if not problems:
@@ -198,8 +178,6 @@ def odd_one_out(what: str, values: Dict[str, str]) -> str:
 
 def compared(ctx: Ctx) -> List[Tuple[str, Callable[[IbFacts], str]]]:
     """What must be equal across the hosts: the library the job's framework uses, the ports."""
-    from .here import _job_ports
-
     layer, wanted = job_layer(ctx), _job_ports(ctx)
     lib = [("UCX", lambda f: f.ucx or _("none"))] if ctx.framework == "mpi" else \
         [("NCCL", lambda f: f.nccl or _("none"))]

@@ -10,8 +10,9 @@ import time
 from typing import List, Tuple
 
 from ..diagnose import explain
+from ..detect.software import parse_ompi_info
 from ..i18n import _
-from ..plan import package_manager
+from ..plan import package_manager, peer_sample
 from ..proc import NOT_FOUND
 from . import needs as N
 from .context import Ctx, _check
@@ -107,8 +108,6 @@ def check_sshd_settings(ctx: Ctx, host: str = "") -> Check:
 
 
 def _peer_sample(ctx: Ctx) -> str:
-    from ..plan import peer_sample
-
     return peer_sample(ctx.plan.choices.peers)
 
 
@@ -156,8 +155,6 @@ def check_self_login(ctx: Ctx, host: str = "") -> Check:
 
 
 def check_ompi_ucx(ctx: Ctx, host: str = "") -> Check:
-    from ..detect.software import parse_ompi_info
-
     t0 = time.monotonic()
     r = ctx.ask(OmpiInfo())
     pml: Tuple[str, ...] = ()

@@ -4,10 +4,11 @@ needs (here.py, peer.py, cluster.py); orchestrate.py skips a check at its first 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional, Tuple
 
 from ..i18n import _
 from .context import Ctx
+from .readings import read_facts
 from .results import PASS, SKIP
 
 
@@ -54,9 +55,18 @@ def _sshd_readable(ctx: Ctx, host: str) -> bool:
     return ctx.sys.uid() == 0 if ctx.plan.target.is_root else not ctx.cannot_act_as
 
 
-def _both_halves(ctx: Ctx) -> bool:
-    from .cluster import torch_pair
+def torch_pair(ctx: Ctx) -> Optional[Tuple[str, str]]:
+    """This host and the first other host whose key login passed: the all-reduce's two
+    halves (None when there is no such other host)."""
+    here = ctx.here_name()
+    for h in ctx.names:
+        login = ctx.found(f"peer/{h}/login")
+        if h != here and login is not None and login.status == PASS:
+            return here, h
+    return None
 
+
+def _both_halves(ctx: Ctx) -> bool:
     return torch_pair(ctx) is not None
 
 
@@ -112,8 +122,6 @@ def _ib_facts_readable(ctx: Ctx, host: str) -> bool:
 
 
 def _ib_facts_of_two(ctx: Ctx) -> bool:
-    from .fleet import read_facts
-
     return len(read_facts(ctx)) >= 2
 
 

@@ -15,10 +15,10 @@ from typing import List
 
 from .. import __version__
 from ..i18n import _, comment
-from ..launch import TORCH_PROGRAM_SH
-from ..plan import Plan
-from .job import EngineJob, job_of, with_ssh_retries
-from .shell import exports, mpirun_lines
+from ..job import Job
+from .engine import JOB_NAME, NODES
+from .mpirun import mca_settings, with_ssh_retries
+from .shell import TORCH_PROGRAM_SH, exports, mpirun_lines
 
 _MPI = r'''
 LAUNCHER=${MPI_LAUNCHER:-}
@@ -60,7 +60,7 @@ exec srun --ntasks-per-node=1 "${TORCHRUN[@]}" --nnodes="$SLURM_JOB_NUM_NODES" \
 '''
 
 
-def _header(job: EngineJob) -> List[str]:
+def _header(job: Job) -> List[str]:
     what = _("MPI over {network}").format(network=job.network.upper()) if job.mpi else \
         _("PyTorch over {network}").format(network=job.network.upper())
     out = [
@@ -79,18 +79,17 @@ def _header(job: EngineJob) -> List[str]:
         out.append(comment(_("PyTorch: one task a node (torchrun starts the processes): set "
                              "NPROC_PER_NODE, or\nask for GPUs with --gpus-per-node=N.")))
     out.append(f"# framework={job.framework} network={job.network}"
-               + (f" ssh_port={job.port}" if job.mpi else ""))  # PyTorch has no SSH
+               + (f" ssh_port={job.ssh_port}" if job.mpi else ""))  # PyTorch has no SSH
     out += [
-        f"#SBATCH --job-name={job.name}",
-        f"#SBATCH --nodes={job.nodes}",
+        f"#SBATCH --job-name={JOB_NAME}",
+        f"#SBATCH --nodes={NODES}",
         "#SBATCH --ntasks-per-node=1",
-        f"#SBATCH --output={job.name}-%j.out",
+        f"#SBATCH --output={JOB_NAME}-%j.out",
     ]
     return out
 
 
-def sbatch_script(plan: Plan) -> str:
-    job = job_of(plan)
+def render(job: Job) -> str:
     out = _header(job)
     out += [
         "",
@@ -109,7 +108,7 @@ def sbatch_script(plan: Plan) -> str:
                             "Open MPI 5 then\nstarts every rank as a singleton (rank 0 of 1), "
                             "without an error."))
         out.append(_MPI.strip("\n").replace("__WARNING__", warning))
-        out += mpirun_lines(job, with_ssh_retries(job.mpirun_args),
+        out += mpirun_lines(job, with_ssh_retries(mca_settings(job)),
                             '--hostfile "$HOSTFILE" "$@"')
         out[-1] = "set +e\n" + out[-1] + "\nrc=$?\nset -e\nexit \"$rc\""
     else:

@@ -1,6 +1,6 @@
 """The notes and warnings detection gives, by code: one English template each (the msgid),
 filled in by the probe with what it saw. Facts keep the English text and the code
-(hpcwizard.facts.Note); what a person reads is shown() in the chosen language, so that
+(Note, below); what a person reads is shown() in the chosen language, so that
 `detect --json`, logs and records stay English and the screens do not.
 
     found.note("gpu.none")                                # a probe, through base.Found
@@ -12,10 +12,50 @@ Everything else (command output, paths, names) is shown as the probe saw it.
 """
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
-from ..facts import Note
-from ..i18n import N_, _
+from .i18n import N_, _
+
+
+class Note(str):
+    """A note or warning of detection, as a message. The str is its English text (what logs,
+    `in` checks and older readers of the facts see); code names the message and args fill
+    it in, so that shown() gives it in the chosen language (the texts: NOTES,
+    below). code "": a text from elsewhere (an older facts file), shown as it is.
+    A str rather than a dataclass so that every reader of Facts.notes keeps working."""
+
+    code: str
+    args: Dict[str, Any]
+
+    def __new__(cls, text: str, code: str = "", args: Optional[Dict[str, Any]] = None) -> "Note":
+        self = super().__new__(cls, text)
+        object.__setattr__(self, "code", code)
+        object.__setattr__(self, "args", dict(args or {}))
+        return self
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("a Note does not change")
+
+    def __reduce__(self) -> Any:  # copy, deepcopy (dataclasses.asdict) and pickle
+        return (Note, (str(self), self.code, dict(self.args)))
+
+    def shown(self) -> str:
+        """The message in the chosen language."""
+        return shown(self)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"code": self.code, "text": str(self), "args": dict(self.args)}
+
+    @classmethod
+    def from_value(cls, value: Any) -> "Note":
+        """From to_dict()'s form, a plain text (older facts), or a Note."""
+        if isinstance(value, Note):
+            return value
+        if isinstance(value, dict):
+            return cls(str(value.get("text", "")), str(value.get("code", "")),
+                       value.get("args") if isinstance(value.get("args"), dict) else None)
+        return cls(str(value))
+
 
 NOTES: Dict[str, str] = {
     # detect() itself

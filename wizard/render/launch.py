@@ -14,105 +14,23 @@ ended), or `torchrun` on every host with MASTER_ADDR, --nnodes and --node-rank. 
 launch environment (NCCL_*, UCX_*) and mpirun arguments (port, --mca pml ucx, ...) are
 written in. Whether sshd runs as root or as the user is decided when the script runs, so the
 same script serves a preset image whose user is not known here; so is which Open MPI runs
-(`mpirun --version`: 5.x gets PRRTE's names, see mpirun_args_for), and the TCP interface
+(`mpirun --version`: 5.x gets PRRTE's names, see hpcwizard.render.mpirun), and the TCP interface
 mpirun keeps to (`ip route get` of the second host's address: its `dev`).
 """
 from __future__ import annotations
 
-import re
 import shlex
-from typing import List, Optional, Sequence, Tuple
+from typing import List
 
-from . import __version__
-from .i18n import _, comment
-from . import ops, runtime, vocab
-from .plan import Plan
-from .vocab import EXPORT_FILE_NAMES
+from .. import __version__, ops, runtime
+from ..i18n import _, comment
+from ..job import Job
+from ..vocab import EXPORT_FILE_NAMES
+from .mpirun import IFACE_ARGS_4, IFACE_ARGS_5, OMPI_VERSION_SH, mpirun_args
+from .shell import TORCH_PROGRAM_SH, checked_env, planned_env_lines
 
 # what the script's comments tell you to run; its usage names the file it runs as ($0)
 LAUNCH_NAME = EXPORT_FILE_NAMES["launch"]
-
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # what `export NAME=` accepts
-# The Open MPI version of the mpirun on PATH ("4.1.4"), empty for another MPI: every script
-# that picks Open MPI 4's or 5's argument names runs this.
-OMPI_VERSION_SH = "mpirun --version 2>/dev/null | awk '/\\(Open MPI\\)/ {print $NF; exit}'"
-
-# Open MPI 4 runs on ORTE, Open MPI 5 on PRRTE 3 (Debian 13: Open MPI 5.0.7, PRRTE 3.0.8), and
-# the runtime's settings are named differently. The plan writes the 4.x names; for 5.x they
-# become PRRTE's, given with --prtemca (Open MPI 5.0 docs/man-openmpi/man1/mpirun.1.rst: "It is
-# best to use --pmixmca and --prtemca"). PRRTE maps some old names itself (PRRTE 3.0
-# src/mca/schizo/ompi/schizo_ompi.c, check_prte_overlap), but only as a compatibility shim
-# applied to a job's parameters, and with Open MPI 5.0.0 '--mca plm_rsh_args "-p N"' was not
-# applied: ssh went to port 22 (open-mpi/ompi#12090). The native names need no shim.
-#   ssh arguments: plm_rsh_args (4.1 orte/mca/plm/rsh/plm_rsh_component.c) ->
-#                  plm_ssh_args (PRRTE 3.0 src/mca/plm/ssh/plm_ssh_component.c)
-#   orte_<x>:      orte/runtime/orte_mca_params.c -> prte_<x> (src/runtime/prte_mca_params.c)
-_PRRTE_RENAMES = (("plm_rsh_", "plm_ssh_"), ("orte_", "prte_"))
-# The TCP interface: MPI's own traffic (btl_tcp_if_include, opal/mca/btl/tcp in 4.1 and 5.0)
-# and the runtime's: oob_tcp_if_include (4.1 orte/mca/oob/tcp/oob_tcp_component.c), in
-# PRRTE 3.0 prte_if_include (src/runtime/prte_mca_params.c; oob_tcp_if_include is only a
-# deprecated synonym there).
-IFACE_ARGS_4 = ("--mca", "btl_tcp_if_include", "--mca", "oob_tcp_if_include")
-IFACE_ARGS_5 = ("--mca", "btl_tcp_if_include", "--prtemca", "prte_if_include")
-
-
-# The user's command in the words torchrun takes (torch/distributed/run.py: a script it runs
-# with its own Python, -m/--module for 'python -m', --no-python for any other program), for the
-# launch script and the sbatch file alike: torch_program PROGRAM [ARGS...] -> TORCH_PROGRAM
-# (torchrun's arguments after its options), TORCH_PY (an interpreter named by its path, for
-# the caller to run torch.distributed.run with). Python's -u becomes PYTHONUNBUFFERED=1 (the
-# same for every process torchrun starts); any other interpreter option has no torchrun word:
-# status 1, TORCH_PROGRAM_ERROR saying so, rather than torchrun's own usage error.
-TORCH_PROGRAM_SH = r'''
-torch_program() {
-  local py=0
-  TORCH_PROGRAM=() TORCH_PY='' TORCH_PROGRAM_ERROR=''
-  case $1 in
-    python|python3|python3.*) py=1; shift ;;
-    */python|*/python3|*/python3.*) py=1 TORCH_PY=$1; shift ;;
-  esac
-  if [ "$py" = 0 ]; then
-    case $1 in
-      *.py) TORCH_PROGRAM=("$@") ;;
-      *) TORCH_PROGRAM=(--no-python "$@") ;;
-    esac
-    return 0
-  fi
-  while [ "${1:-}" = -u ]; do export PYTHONUNBUFFERED=1; shift; done
-  case ${1:-} in
-    -m) if [ $# -ge 2 ] && [ -n "$2" ]; then TORCH_PROGRAM=("$@"); return 0; fi ;;
-    -m?*) TORCH_PROGRAM=(-m "${1#-m}" "${@:2}"); return 0 ;;
-    ''|-*) ;;
-    *) TORCH_PROGRAM=("$@"); return 0 ;;
-  esac
-  TORCH_PROGRAM_ERROR="torchrun cannot run 'python ${*:-}': give python [-u] SCRIPT, python [-u] -m MODULE, or a program"
-  return 1
-}
-'''.strip("\n")
-
-
-def mpirun_args_for(args: Sequence[str], major: Optional[int]) -> List[str]:
-    """The plan's mpirun arguments (Open MPI 4 names) for Open MPI `major`: for 5 and later,
-    '--mca plm_rsh_args V' becomes '--prtemca plm_ssh_args V' and '--mca orte_x V' becomes
-    '--prtemca prte_x V'; everything else (pml, btl, -x) is the same in both."""
-    out = list(args)
-    if major is None or major < 5:
-        return out
-    for i in range(len(out) - 1):
-        if out[i] != "--mca":
-            continue
-        for old, new in _PRRTE_RENAMES:
-            if out[i + 1].startswith(old):
-                out[i], out[i + 1] = "--prtemca", new + out[i + 1][len(old):]
-                break
-    return out
-
-
-def iface_args(iface: str, major: Optional[int]) -> List[str]:
-    """mpirun arguments that keep MPI's and its runtime's TCP traffic on `iface`."""
-    names = IFACE_ARGS_5 if major is not None and major >= 5 else IFACE_ARGS_4
-    return [names[0], names[1], iface, names[2], names[3], iface]
-
 
 _BODY = r'''
 log() { printf 'launch[%s]: %s\n' "${ME:-$(hostname)}" "$*" >&2; }
@@ -363,29 +281,6 @@ exec "${TORCHRUN[@]}" "${ARGS[@]}" "${TORCH_PROGRAM[@]}"
 '''
 
 
-# The plan's environment as defaults: a variable the environment already sets (even to
-# nothing) is kept and named in ENV_KEPT, as the nccl-conf step promises ("environment
-# variables override these").
-_PLANNED_ENV_SH = r'''
-ENV_KEPT=()
-planned_env() {
-  if [ -n "${!1+set}" ]; then ENV_KEPT+=("$1"); export "${1?}"; else export "$1=$2"; fi
-}
-'''.strip("\n")
-
-
-def planned_env_lines(env: Sequence[Tuple[str, str]]) -> List[str]:
-    """Shell lines that export the plan's environment unless the environment sets it:
-    ENV_KEPT then names the ones it did (shared with the sbatch file)."""
-    lines = [comment(_("A variable the environment already sets keeps its value (even an "
-                       "empty one):\nthe script names those it kept."))]
-    lines += _PLANNED_ENV_SH.splitlines()
-    if not env:  # nothing to keep: no function for shellcheck to call unused
-        lines = ["ENV_KEPT=()"]
-    return lines + [f"planned_env {k} " + "'" + v.replace("'", "'\\''") + "'"
-                    for k, v in env]
-
-
 def _runtime_text() -> str:
     """recipes/runtime.sh as the script embeds it: whole, but for its shellcheck directive
     (the script's own first line says bash)."""
@@ -395,62 +290,56 @@ def _runtime_text() -> str:
     return "\n".join(lines).strip("\n")
 
 
-def launch_script(plan: Plan) -> str:
-    c = plan.choices
-    rec = plan.recommendation
-    env = list(plan.launch_env)
-    for k, _v in env:
-        if not ENV_NAME.match(k):
-            raise ValueError(f"launch environment name {k!r} is not a shell variable name")
+def render(job: Job) -> str:
+    env = checked_env(job)
     out: List[str] = [
         "#!/usr/bin/env bash",
         comment(_("Written by hpcwizard {version}: the per-instance launch script. Run the same\n"
                   "command on every instance of the job:").format(version=__version__)),
         f"#   bash {LAUNCH_NAME} [--hosts a,b,c | --hostfile FILE] [--] PROGRAM [ARGS...]",
         f"#   bash {LAUNCH_NAME} -- python train.py --lr 0.1",
-        f"# framework={c.framework} network={c.network}"
-        + (f" ssh_port={c.ssh_port}" if vocab.uses_ssh(c.framework) else "")
-        + f" user={plan.target.user}",
+        f"# framework={job.framework} network={job.network}"
+        + (f" ssh_port={job.ssh_port}" if job.mpi else "")
+        + f" user={job.user}",
     ]
-    if rec.path == "preset" and rec.preset is not None:
+    if job.recommended == "preset" and job.preset_image:
         out.append(comment(_("For the preset image {image}: sshd is started as whoever runs "
                              "this script (root: the system sshd; a user: sshd -f "
-                             "~/.sshd_config).").format(image=rec.preset.image)))
-    elif plan.os_label:
-        out.append(comment(_("Planned on: {os}").format(os=plan.os_label)))
+                             "~/.sshd_config).").format(image=job.preset_image)))
+    elif job.os_label:
+        out.append(comment(_("Planned on: {os}").format(os=job.os_label)))
     out.append(comment(_("'bash {script} --help' lists the host sources and settings.").format(
         script=LAUNCH_NAME)))
-    if c.host_keys == "off":
+    if job.host_keys_off:
         out.append(comment(_("WARNING: host keys are not checked (--host-keys off).")))
     out.append("set -euo pipefail")
     out.append("")
-    out.append(f"PORT={int(c.ssh_port)}")
+    out.append(f"PORT={job.ssh_port}")
     out.append(comment(_("The plan's environment for the job (also passed to every rank with "
                          "mpirun -x).")))
     out += planned_env_lines(env)
-    args = list(plan.mpirun_args)
-    passed = {args[i + 1] for i, a in enumerate(args[:-1]) if a == "-x"}
     out.append(comment(_("Passed to the ranks with mpirun -x (those MPIRUN_ARGS does not pass "
                          "already).")))
-    out.append("LAUNCH_ENV=(" + " ".join(shlex.quote(k) for k, _v in env if k not in passed) + ")")
-    if c.framework == "mpi":
+    out.append("LAUNCH_ENV=(" + " ".join(shlex.quote(k) for k, _v in env if k not in job.passed) + ")")
+    if job.mpi:
         out.append(comment(_("mpirun's arguments for Open MPI 4 and for Open MPI 5, whose "
                              "runtime (PRRTE)\nnames them differently: 'mpirun --version' "
                              "picks one when the script runs.")))
-    out.append("MPIRUN_ARGS=(" + " ".join(shlex.quote(a) for a in plan.mpirun_args) + ")")
-    if c.framework == "mpi":
+    out.append("MPIRUN_ARGS=(" + " ".join(shlex.quote(a) for a in mpirun_args(job)) + ")")
+    if job.mpi:
         out.append("MPIRUN_ARGS_5=(" + " ".join(
-            shlex.quote(a) for a in mpirun_args_for(plan.mpirun_args, 5)) + ")")
+            shlex.quote(a) for a in mpirun_args(job, 5)) + ")")
     out.append(_BODY.strip("\n").replace("__OPS_FUNCTIONS__", ops.functions(
-        "_hw_say", "_hw_is_sshd", "_hw_sshd_pid", "_hw_sshd_exec")).replace("__RUNTIME__", _runtime_text()))
-    out.append((_MPI if c.framework == "mpi" else _TORCH).rstrip("\n")
+        "_hw_say", "_hw_is_sshd", "_hw_sshd_pid", "_hw_sshd_exec")).replace(
+        "__RUNTIME__", _runtime_text()))
+    out.append((_MPI if job.mpi else _TORCH).rstrip("\n")
                .replace("__OMPI_VERSION_SH__", OMPI_VERSION_SH)
                .replace("__IFACE_ARGS_5__", " ".join(IFACE_ARGS_5))
                .replace("__IFACE_ARGS_4__", " ".join(IFACE_ARGS_4))
                .replace("__TORCH_PROGRAM_SH__", TORCH_PROGRAM_SH))
     out.append("")
     text = "\n".join(out)
-    if c.framework != "mpi":  # torchrun needs neither the mpirun settings nor sshd
+    if not job.mpi:  # torchrun needs neither the mpirun settings nor sshd
         text = text.replace("LAUNCH_ENV=(", "# shellcheck disable=SC2034\nLAUNCH_ENV=(", 1)
         text = text.replace("MPIRUN_ARGS=(", "# shellcheck disable=SC2034\nMPIRUN_ARGS=(", 1)
         text = text.replace("\nPORT=", "\n# shellcheck disable=SC2034\nPORT=", 1)

@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 from ..i18n import _, comment
-from ..plan import Plan
-from .job import EngineJob, job_of, with_ssh_retries
+from ..job import Job
+from .engine import JOB_NAME, NODES
+from .mpirun import mca_settings, with_ssh_retries
 from .kubernetes import container, header, pod_spec, script, ssh_port
 from .shell import mpirun_lines, sshd_lines, torchrun_lines
 from .yamltext import Note, dump
@@ -28,7 +29,7 @@ _NNODES = '"$((VC_MASTER_NUM + VC_WORKER_NUM))"'
 _MASTER = '"${VC_MASTER_HOSTS%%,*}"'
 
 
-def master_script(job: EngineJob) -> str:
+def master_script(job: Job) -> str:
     if job.mpi:
         return script([
             comment(_("Edit: your program and its arguments (mpirun starts it on every "
@@ -36,14 +37,14 @@ def master_script(job: EngineJob) -> str:
             "PROGRAM=(hostname)",
             comment(_("The hosts from the svc plugin, once their names resolve.")),
             _HOSTS,
-            *mpirun_lines(job, with_ssh_retries(job.mpirun_args),
+            *mpirun_lines(job, with_ssh_retries(mca_settings(job)),
                           '--hostfile "$HOSTFILE" "${PROGRAM[@]}"'),
         ])
     return script([comment(_("Edit: your script and its arguments."))] + torchrun_lines(
         _NNODES, "0", _MASTER, '"${NPROC_PER_NODE:-1}"', ["train.py"]))
 
 
-def worker_script(job: EngineJob) -> str:
+def worker_script(job: Job) -> str:
     if job.mpi:
         return script(sshd_lines(job))
     return script([comment(_("Edit: your script and its arguments (the same as the "
@@ -51,7 +52,7 @@ def worker_script(job: EngineJob) -> str:
         _NNODES, '"$((VC_TASK_INDEX + 1))"', _MASTER, '"${NPROC_PER_NODE:-1}"', ["train.py"]))
 
 
-def _task(job: EngineJob, name: str, replicas: Any, text: str, master: bool) -> Dict[str, Any]:
+def _task(job: Job, name: str, replicas: Any, text: str, master: bool) -> Dict[str, Any]:
     ports = [ssh_port(job)] if job.mpi and not master else []
     c = container(job, name, ["/bin/bash", "-c", text], runs_ranks=True, ports=ports)
     task: Dict[str, Any] = {"name": name, "replicas": replicas}
@@ -62,30 +63,29 @@ def _task(job: EngineJob, name: str, replicas: Any, text: str, master: bool) -> 
     return task
 
 
-def volcano_doc(job: EngineJob) -> Dict[str, Any]:
+def volcano_doc(job: Job) -> Dict[str, Any]:
     plugins: Dict[str, List[str]] = {"svc": [], "env": []}
     if job.mpi:
-        plugins = {"ssh": [f"--ssh-port={job.port}", f"--ssh-key-file-path={job.ssh_dir}"],
+        plugins = {"ssh": [f"--ssh-port={job.ssh_port}", f"--ssh-key-file-path={job.ssh_dir}"],
                    "svc": []}
     return {
         "apiVersion": "batch.volcano.sh/v1alpha1",
         "kind": "Job",
-        "metadata": {"name": job.name},
+        "metadata": {"name": JOB_NAME},
         "spec": {
-            "minAvailable": Note(job.nodes, _("Edit: the pods that start together: all of "
+            "minAvailable": Note(NODES, _("Edit: the pods that start together: all of "
                                               "them (instances).")),
             "schedulerName": "volcano",
             "plugins": plugins,
             "tasks": [
                 _task(job, "master", 1, master_script(job), True),
-                _task(job, "worker", Note(job.nodes - 1, _(
+                _task(job, "worker", Note(NODES - 1, _(
                     "Edit: the number of workers (instances - 1).")), worker_script(job), False),
             ],
         },
     }
 
 
-def volcano_manifest(plan: Plan) -> str:
-    job = job_of(plan)
+def render(job: Job) -> str:
     return dump(volcano_doc(job), header(job, _("a Volcano Job (batch.volcano.sh/v1alpha1)"),
                                          "vcjob"))

@@ -1,14 +1,7 @@
-"""The plan as a Dockerfile: an image in which the job's environment is already configured.
-
-    FROM <the preset image; else for PyTorch the official PyTorch image (presets.toml
-         [framework_images.pytorch]: its python3 imports torch, which the setup script
-         checks), for MPI the base matching this OS (presets.toml [base_images])>
-    COPY hpcwizard-setup.sh      the plan's setup script, made for a fresh image (below)
-    RUN  bash hpcwizard-setup.sh
-    USER <the job's user>        when it is not root
-    ENV  mpirun's SSH port       MPI only: Open MPI 4's and 5's names (mpi_env)
-    EXPOSE <the SSH port>        MPI only: PyTorch needs no SSH server
-    CMD  sshd in the foreground  root: /usr/sbin/sshd -D; a user: sshd -D -f ~/.sshd_config
+"""The plan as a fresh image needs it, for `export --format dockerfile`: the image it starts
+FROM (the preset's; else for PyTorch the official PyTorch image, presets.toml
+[framework_images.pytorch]; for MPI the base matching this OS, presets.toml [base_images]),
+and the setup script the image runs (companion_files).
 
 The setup script of the image differs from `export --format setup` of this machine in two
 ways, both said in its header: the packages step installs every package the recipes want
@@ -18,23 +11,22 @@ when FROM is a preset image (which provides them), and sshd is not started durin
 Operator's or Volcano's Secret, which hides the image's): the client settings go to
 /etc/ssh/ssh_config.d, the image's host key is pinned for the job's port in
 /etc/ssh/ssh_known_hosts, and a user's own sshd keeps its files in ~/.hpcwizard-sshd.
-`hpcwizard export --format dockerfile -o DIR/Dockerfile`
-writes the script beside the Dockerfile (companion_files).
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from functools import lru_cache
 from typing import Dict, List, Tuple
 
-from . import __version__, ops, recipes
+from . import ops, recipes
 from .compat import tomllib
 from .catalog import shipped_package_names
 from .facts import Facts, OsInfo
 from .plan import Plan, Step, install_step, package_manager
 from .i18n import N_, _, comment, translations
+from .render import dockerfile as render_dockerfile
+from .render import setup as render_setup
 from .validate import BadInput
 from .vocab import EXPORT_FILE_NAMES
 
@@ -85,9 +77,7 @@ def image_os(plan: Plan) -> OsInfo:
 
 
 def uses_preset(plan: Plan) -> bool:
-    rec = plan.recommendation
-    return rec.preset is not None and (plan.choices.mode == "preset" or
-                                       (plan.choices.mode == "auto" and rec.path == "preset"))
+    return plan.job.uses_preset
 
 
 # Where the image's ssh settings go that a mounted ~/.ssh cannot hide: the MPI Operator and
@@ -197,9 +187,8 @@ def image_plan(plan: Plan) -> Plan:
 
 
 def image_setup_script(plan: Plan) -> str:
-    from .export import setup_script
-
-    text = setup_script(image_plan(plan))
+    image = image_plan(plan)
+    text = render_setup.render(image.job, image.steps)
     head, _sep, rest = text.partition("\n")
     sshd = any(s.operation == "hw_sshd" for s in plan.steps)
     return "\n".join([
@@ -218,94 +207,16 @@ def companion_files(plan: Plan) -> Dict[str, str]:
     return {SETUP_NAME: image_setup_script(plan)}
 
 
-def mpi_env(plan: Plan) -> List[Tuple[str, str]]:
-    """The runtime settings among the plan's mpirun arguments (the ssh port: plm_rsh_args) as
-    environment variables for both Open MPI 4 (ORTE reads OMPI_MCA_plm_rsh_args) and 5 (PRRTE
-    reads PRTE_MCA_plm_ssh_args; see launch.mpirun_args_for): mpirun run by hand in the image
-    then reaches the other containers' sshd on the plan's port, whichever Open MPI the image
-    has."""
-    from .launch import mpirun_args_for
-
-    four = list(plan.mpirun_args)
-    five = mpirun_args_for(four, 5)
-    env: List[Tuple[str, str]] = []
-    for i in range(len(four) - 2):
-        if four[i] == "--mca" and five[i] == "--prtemca":  # a runtime setting PRRTE renames
-            env += [(f"OMPI_MCA_{four[i + 1]}", four[i + 2]),
-                    (f"PRTE_MCA_{five[i + 1]}", five[i + 2])]
-    return env
-
-
-def _env_value(value: str) -> str:
-    """A Dockerfile ENV value in double quotes (ENV expands $ and treats \\ as an escape)."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
+def base(plan: Plan) -> render_dockerfile.Base:
+    """The image the Dockerfile starts FROM."""
+    if plan.job.uses_preset:
+        return render_dockerfile.Base(plan.job.preset_image)
+    own = framework_image(plan)
+    if own:
+        return render_dockerfile.Base(own[0], official_os=own[1].pretty_name)
+    return render_dockerfile.Base(base_image(plan.os))
 
 
 def dockerfile(plan: Plan) -> str:
-    c, t = plan.choices, plan.target
-    preset = uses_preset(plan)
-    own = None if preset else framework_image(plan)
-    image = (plan.recommendation.preset.image if preset  # type: ignore[union-attr]
-             else own[0] if own else base_image(plan.os))
-    sshd = any(s.recipe == "ssh" for s in plan.steps)
-    out = [
-        comment((_("Written by hpcwizard {version}: {framework} over {network}, job user "
-                   "{user}, SSH port {port}.") if sshd else
-                 _("Written by hpcwizard {version}: {framework} over {network}, job user "
-                   "{user}.")).format(version=__version__, framework=c.framework,
-                                      network=c.network, user=t.user, port=c.ssh_port)),
-        comment((_("Planned on {os} for the preset image the recommendation names.") if preset
-                 else _("Planned on {os}.")).format(os=plan.os_label or _("an unknown OS"))),
-        comment(_("The build context needs {file} beside this file; both are written by")
-                .format(file=SETUP_NAME)),
-        f"#   hpcwizard export --format dockerfile --framework {c.framework} --network {c.network}"
-        " -o DIR/Dockerfile",
-        comment(_("then: docker build -t my-job DIR")),
-        f"FROM {image}",
-    ]
-    if preset:
-        out.append(comment(_("The preset provides the packages; the setup script configures "
-                             "the rest.")))
-    elif own:
-        out.append(comment(_("The official PyTorch image, on {os}: its python3 imports torch.\n"
-                             "Edit the tag for another PyTorch or CUDA (the driver must "
-                             "support that CUDA).").format(os=own[1].pretty_name)))
-    if not t.is_root:
-        if not re.match(r"^[a-z_][a-z0-9_.-]{0,31}$", t.user) or not re.match(r"^/[A-Za-z0-9._/-]*$", t.home):
-            raise BadInput(_("user {user!r} or home {home!r} cannot go into a Dockerfile").format(
-                user=t.user, home=t.home))
-        out += [
-            comment(_("The job's user, {user}, with the uid it has on the planning machine when "
-                      "free.").format(user=t.user)),
-            f"RUN if ! id -u {t.user} >/dev/null 2>&1; then \\",
-            f"      if getent passwd {t.uid} >/dev/null; then useradd -l -m -d {t.home} -s /bin/bash {t.user}; \\",
-            f"      else useradd -l -m -d {t.home} -u {t.uid} -s /bin/bash {t.user}; fi; \\",
-            "    fi",
-        ]
-    out += [
-        f"COPY {SETUP_NAME} /tmp/{SETUP_NAME}",
-        f"RUN bash /tmp/{SETUP_NAME} && rm -f /tmp/{SETUP_NAME}",
-    ]
-    if not t.is_root:
-        out.append(f"USER {t.user}")
-        out.append(f"WORKDIR {t.home}")
-    env = mpi_env(plan) if c.framework == "mpi" else []
-    if env:
-        out.append(comment(_("mpirun's SSH settings, for Open MPI 4 (ORTE: OMPI_MCA_*) and "
-                             "for Open MPI 5\n(PRRTE: PRTE_MCA_*, in its own names).")))
-        out.append("ENV " + " ".join(f"{k}={_env_value(v)}" for k, v in env))
-    if sshd:
-        out.append(f"EXPOSE {c.ssh_port}")
-        if t.is_root:
-            cmd = ["/bin/sh", "-c", "install -d -m 0755 /run/sshd && exec /usr/sbin/sshd -D -e"]
-            out.append(comment(_("sshd in the foreground, as root, with the port of "
-                                 "/etc/ssh/sshd_config.d.")))
-        else:
-            cmd = ["/usr/sbin/sshd", "-D", "-e", "-f", f"{t.home}/.sshd_config"]
-            out.append(comment(_("{user}'s own sshd in the foreground (it can log in only "
-                                 "{user}).").format(user=t.user)))
-        out.append("CMD " + json.dumps(cmd))
-    else:
-        out.append(comment(_("No SSH server: torchrun is started on every instance and meets the "
-                             "others over TCP.")))
-    return "\n".join(out) + "\n"
+    return render_dockerfile.render(plan.job, base(plan),
+                                    sshd=any(s.recipe == "ssh" for s in plan.steps))

@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from ..i18n import _
-from ..plan import Plan
-from .job import EngineJob, job_of
+from ..job import Job
+from ..validate import BadInput
+from .engine import JOB_NAME, NODES, image
 from .kubernetes import (RDMA_RESOURCE, SHM_VOLUME, container, env_list, header, image_note,
                          pod_spec, security, wants_shm)
 from .yamltext import Note, dump
@@ -24,43 +25,41 @@ def _program_note() -> str:
              "(PET_*).")
 
 
-def _torch_job(plan: Plan) -> EngineJob:
-    job = job_of(plan)
+def _torch_job(job: Job) -> Job:
     if job.mpi:
-        from ..validate import BadInput
         raise BadInput(_("a PyTorchJob or TrainJob runs PyTorch: use --framework pytorch, or "
                          "--format mpijob for MPI"))
     return job
 
 
-def _replica(job: EngineJob, replicas: Any) -> Dict[str, Any]:
+def _replica(job: Job, replicas: Any) -> Dict[str, Any]:
     c = container(job, "pytorch", PROGRAM, runs_ranks=True, command_note=_program_note())
     return {"replicas": replicas, "restartPolicy": "OnFailure",
             "template": {"spec": pod_spec(job, [c], runs_ranks=True)}}
 
 
-def pytorchjob_doc(job: EngineJob) -> Dict[str, Any]:
+def pytorchjob_doc(job: Job) -> Dict[str, Any]:
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
-        "metadata": {"name": job.name},
+        "metadata": {"name": JOB_NAME},
         "spec": {
             "nprocPerNode": Note("1", _("Edit: processes per pod (torchrun's --nproc-per-node):"
                                         " the GPUs each pod gets, or auto.")),
             "pytorchReplicaSpecs": {
                 "Master": _replica(job, 1),
-                "Worker": _replica(job, Note(job.nodes - 1, _(
+                "Worker": _replica(job, Note(NODES - 1, _(
                     "Edit: the number of pods besides the master (instances - 1)."))),
             },
         },
     }
 
 
-def trainjob_doc(job: EngineJob) -> Dict[str, Any]:
+def trainjob_doc(job: Job) -> Dict[str, Any]:
     trainer: Dict[str, Any] = {
-        "image": Note(job.image, image_note(job)),
+        "image": Note(image(job), image_note(job)),
         "command": Note(list(PROGRAM), _program_note()),
-        "numNodes": Note(job.nodes, _("Edit: the number of nodes (instances).")),
+        "numNodes": Note(NODES, _("Edit: the number of nodes (instances).")),
         "numProcPerNode": Note(1, _("Edit: processes per node: the GPUs each node gets.")),
     }
     if job.env:
@@ -82,7 +81,7 @@ def trainjob_doc(job: EngineJob) -> Dict[str, Any]:
     return {
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": "TrainJob",
-        "metadata": {"name": job.name},
+        "metadata": {"name": JOB_NAME},
         "spec": spec,
     }
 
@@ -92,7 +91,7 @@ def trainjob_doc(job: EngineJob) -> Dict[str, Any]:
 RUNTIME_NODE = "node"
 
 
-def _node_patch(job: EngineJob) -> Dict[str, Any]:
+def _node_patch(job: Job) -> Dict[str, Any]:
     """A runtimePatches entry (Trainer v2.3) giving the runtime's node container what the
     PyTorchJob's container gets: the job user's uid, IPC_LOCK (RDMA), /dev/shm in memory."""
     c: Dict[str, Any] = {"name": RUNTIME_NODE}
@@ -110,13 +109,15 @@ def _node_patch(job: EngineJob) -> Dict[str, Any]:
             "spec": pod}}}}]}}}}
 
 
-def pytorchjob_manifest(plan: Plan) -> str:
-    job = _torch_job(plan)
+def render(job: Job) -> str:
+    """The PyTorchJob (Training Operator v1)."""
+    _torch_job(job)
     return dump(pytorchjob_doc(job), header(job, _("a Kubeflow PyTorchJob (kubeflow.org/v1)"),
                                             "pytorchjob"))
 
 
-def trainjob_manifest(plan: Plan) -> str:
-    job = _torch_job(plan)
+def render_trainjob(job: Job) -> str:
+    """The TrainJob (Trainer v2)."""
+    _torch_job(job)
     return dump(trainjob_doc(job), header(
         job, _("a Kubeflow TrainJob (trainer.kubeflow.org/v1alpha1)"), "trainjob"))

@@ -14,8 +14,10 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from ..i18n import _, comment
-from ..plan import Plan
-from .job import EngineJob, job_of, with_ssh_retries
+from ..job import Job
+from ..validate import BadInput
+from .engine import JOB_NAME, NODES
+from .mpirun import mca_settings, with_ssh_retries
 from .kubernetes import container, header, pod_spec, script, ssh_port
 from .shell import mpirun_lines, sshd_lines
 from .yamltext import Note, dump
@@ -23,32 +25,32 @@ from .yamltext import Note, dump
 HOSTFILE = "/etc/mpi/hostfile"  # the operator's (configMountPath, hostfileName)
 
 
-def launcher_script(job: EngineJob) -> str:
+def launcher_script(job: Job) -> str:
     return script([
         comment(_("Edit: your program and its arguments (mpirun starts it on every worker's "
                   "slots).")),
         "PROGRAM=(hostname)",
-        *mpirun_lines(job, with_ssh_retries(job.mpirun_args),
+        *mpirun_lines(job, with_ssh_retries(mca_settings(job)),
                       f'--hostfile {HOSTFILE} "${{PROGRAM[@]}}"'),
     ])
 
 
-def worker_script(job: EngineJob) -> str:
+def worker_script(job: Job) -> str:
     return script(sshd_lines(job))
 
 
-def mpijob_doc(job: EngineJob) -> Dict[str, Any]:
+def mpijob_doc(job: Job) -> Dict[str, Any]:
     launcher = container(job, "mpi-launcher", ["/bin/bash", "-c", launcher_script(job)],
                          runs_ranks=False)
     worker = container(job, "mpi-worker", ["/bin/bash", "-c", worker_script(job)],
                        runs_ranks=True, env=False, ports=[ssh_port(job)],
                        command_note=_("sshd in the foreground on port {port}: mpirun on the "
                                       "launcher starts the ranks through it.").format(
-                           port=job.port))
+                           port=job.ssh_port))
     return {
         "apiVersion": "kubeflow.org/v2beta1",
         "kind": "MPIJob",
-        "metadata": {"name": job.name},
+        "metadata": {"name": JOB_NAME},
         "spec": {
             "slotsPerWorker": Note(1, _("Edit: ranks per worker (the hostfile's slots).")),
             "runPolicy": {"cleanPodPolicy": "Running"},
@@ -60,17 +62,15 @@ def mpijob_doc(job: EngineJob) -> Dict[str, Any]:
                 "Launcher": {"replicas": 1, "template": {"spec": pod_spec(
                     job, [launcher], runs_ranks=False)}},
                 "Worker": {
-                    "replicas": Note(job.nodes, _("Edit: the number of workers (instances).")),
+                    "replicas": Note(NODES, _("Edit: the number of workers (instances).")),
                     "template": {"spec": pod_spec(job, [worker], runs_ranks=True)}},
             },
         },
     }
 
 
-def mpijob_manifest(plan: Plan) -> str:
-    job = job_of(plan)
+def render(job: Job) -> str:
     if not job.mpi:
-        from ..validate import BadInput
         raise BadInput(_("an MPIJob runs MPI: use --framework mpi, or --format pytorchjob for "
                          "PyTorch"))
     return dump(mpijob_doc(job), header(job, _("a Kubeflow MPIJob (kubeflow.org/v2beta1)"),

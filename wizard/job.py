@@ -1,0 +1,57 @@
+"""What a job on the planned instances needs, as data: the value the plan hands every
+renderer (hpcwizard.render). Settings are mappings, not command-line fragments: each
+renderer writes them in its target's words (mpirun arguments for Open MPI 4 or 5, a
+Dockerfile's ENV, a manifest's env list), and none reads another's text back."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Tuple
+
+
+@dataclass(frozen=True)
+class Job:
+    framework: str  # mpi | pytorch
+    network: str  # tcp | ib
+    user: str
+    uid: int
+    home: str
+    ssh_port: int  # the job's sshd (MPI); PyTorch's torchrun needs none
+    host_keys: str  # pinned | off
+    hosts: str = ""  # where the job's hosts come from: ssh_config patterns ('' : derived)
+    # The job's environment (NCCL_*, UCX_*, GLOO_*), in the plan's order.
+    env: Mapping[str, str] = field(default_factory=dict)
+    # Open MPI MCA settings beyond ssh's port, in Open MPI 4's names (pml): the renderer
+    # adds the port's and names them for the Open MPI that runs (hpcwizard.render.mpirun).
+    mca: Mapping[str, str] = field(default_factory=dict)
+    # environment names mpirun passes to the ranks itself (-x), before the rest of env
+    passed: Tuple[str, ...] = ()
+    os_label: str = ""
+    mode: str = "auto"  # the choice: auto | preset | manual
+    recommended: str = ""  # the recommendation's path: preset | configure
+    preset_image: str = ""  # the preset's image ('' : none for this framework and network)
+
+    @property
+    def mpi(self) -> bool:
+        return self.framework == "mpi"
+
+    @property
+    def ib(self) -> bool:
+        return self.network == "ib"
+
+    @property
+    def is_root(self) -> bool:
+        return self.uid == 0
+
+    @property
+    def host_keys_off(self) -> bool:
+        return self.host_keys == "off"
+
+    @property
+    def ssh_dir(self) -> str:
+        return f"{self.home}/.ssh"
+
+    @property
+    def uses_preset(self) -> bool:
+        """An image is built FROM the preset: asked for, or recommended in auto mode."""
+        return bool(self.preset_image) and (
+            self.mode == "preset" or (self.mode == "auto" and self.recommended == "preset"))
