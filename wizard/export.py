@@ -24,10 +24,12 @@ as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo -n -- "$@"; fi
 }
 
+# The job's user's steps get no terminal (a session of their own; stdin, stdout and stderr
+# not this one): what their files make run (ssh's Match exec) cannot type into it.
 as_user() {
   if [ "$(id -un)" = "$TARGET_USER" ]; then "$@"
-  elif [ "$(id -u)" -eq 0 ]; then runuser -u "$TARGET_USER" -- "$@"
-  else sudo -n -u "$TARGET_USER" -- "$@"
+  elif [ "$(id -u)" -eq 0 ]; then setsid -w runuser -u "$TARGET_USER" -- "$@" </dev/null 2>&1 | cat
+  else sudo -n -u "$TARGET_USER" -- setsid -w "$@" </dev/null 2>&1 | cat
   fi
 }
 
