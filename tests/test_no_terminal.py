@@ -1,6 +1,8 @@
 """Issue 28, item 1: nothing hpcwizard runs as another user has our terminal. Every program
 it starts gets a session of its own (no controlling terminal) and a stdin that is not the
-terminal; one run as the job's user gets none of our shell start-up variables.
+terminal, except sudo, which keeps our session for its credentials and runs what it runs as
+the job's user through proc.DETACHED (a session of its own); a program run as the job's user
+gets none of our shell start-up variables.
 
 - a table over every route a program takes to another user (apply's and undo's steps,
   checks and diffs through runuser or sudo, verify's probes, sudo's own questions): how each
@@ -8,7 +10,8 @@ terminal; one run as the job's user gets none of our shell start-up variables.
 - a real pty as the controlling terminal of the process that runs them (as root's terminal
   is hpcwizard's): a program that tries TIOCSTI on /dev/tty and on its fds 0, 1, 2 gets
   ENXIO / ENOTTY, and nothing it typed reaches the terminal. Run through the runners
-  themselves, with `runuser` replaced by one that keeps the user (the test needs none).
+  themselves, with `runuser` and `sudo` replaced by ones that keep the user (the test needs
+  no second user).
 The same attack for real, with a second user and `hpcwizard apply`:
 tests/system/test_system_tty.py.
 """
@@ -82,20 +85,32 @@ def test_every_route_to_another_user_starts_without_our_terminal(route, monkeypa
     calls = [(argv, kw) for argv, kw in spy.calls if argv[0] != "bash"]
     assert calls, f"no route to another user was taken: {spy.calls}"
     for argv, kw in calls:
-        assert argv[0] in ("runuser", "sudo"), argv
-        assert kw.get("start_new_session") is True, (argv, kw)  # no controlling terminal
-        assert "process_group" not in kw and "preexec_fn" not in kw, (argv, kw)
         assert kw.get("stdin") in (subprocess.DEVNULL, subprocess.PIPE), (argv, kw)
+        if argv[0] == "runuser":
+            assert kw.get("start_new_session") is True, (argv, kw)  # no controlling terminal
+        else:
+            # sudo keeps our session (its credentials are the terminal's) ...
+            assert argv[0] == "sudo" and kw.get("process_group") == 0, (argv, kw)
+            if runs_as == "other":  # ... and what it runs as another user detaches itself
+                command = list(argv[argv.index("--") + 1:])
+                assert command[:3] == ["bash", "-c", proc.DETACHED], argv
         if runs_as == "other":
             assert not {"BASH_ENV", "ENV"} & set(kw["env"]), (argv, sorted(kw["env"]))
 
 
+def _setup_prelude(user: str = "bob") -> str:
+    """The setup script's functions, as the export writes them."""
+    return (export.setup_script.__globals__["_PRELUDE"].replace("__TARGET__", user)
+            .replace("__DETACHED__", shlex.quote(proc.DETACHED)))
+
+
 def test_the_setup_script_runs_the_job_users_steps_without_its_terminal():
-    prelude = export.setup_script.__globals__["_PRELUDE"]
+    prelude = _setup_prelude()
     as_user = prelude[prelude.index("as_user() {"):].split("\n}\n", 1)[0]
     for route in ("runuser", "sudo"):
         line = next(x for x in as_user.splitlines() if f" {route} -" in x)
-        assert "setsid -w" in line and line.rstrip().endswith('"$@" </dev/null 2>&1 | cat'), line
+        assert 'bash -c "$HW_DETACHED"' in line and line.endswith('"$@" 2>&1 | cat'), line
+    assert f"HW_DETACHED={shlex.quote(proc.DETACHED)}" in prelude
 
 
 # --- a real terminal ---------------------------------------------------------------------------
@@ -137,14 +152,14 @@ def _in_terminal(log: Path, fake_bin: Path) -> None:
     """In the pty's child (the pty is its controlling terminal): every route, then what
     the terminal holds for its next reader, which the attempts would have filled."""
     os.environ["PATH"] = f"{fake_bin}:{os.environ['PATH']}"
-    runner = ShellRunner("bob", uid=0, library=ops.library())
-    runner.check("user", shlex.join(attempt("check", log)))
-    runner.capture("user", shlex.join(attempt("diff", log)))
-    runner.run("user", shlex.join(attempt("step", log)), lambda line: None)
+    for uid, route in ((0, "runuser"), (1000, "sudo")):
+        runner = ShellRunner("bob", uid=uid, library=ops.library())
+        runner.check("user", shlex.join(attempt(f"{route}-check", log)))
+        runner.capture("user", shlex.join(attempt(f"{route}-diff", log)))
+        runner.run("user", shlex.join(attempt(f"{route}-step", log)), lambda line: None)
     where = f"import sys\nsys.argv[1:3] = ['verify', {str(log)!r}]\n"
     System().ask(TorchImport(where + ATTEMPT, user="bob"))
-    prelude = export.setup_script.__globals__["_PRELUDE"].replace("__TARGET__", "bob")
-    subprocess.run(["bash", "-c", prelude + "\nas_user \"$@\"", "bash",
+    subprocess.run(["bash", "-c", _setup_prelude() + "\nas_user \"$@\"", "bash",
                     *attempt("setup-script", log)], check=False)
     # what sits in the terminal's input queue, read without waiting
     attrs = termios.tcgetattr(0)
@@ -159,9 +174,12 @@ def _in_terminal(log: Path, fake_bin: Path) -> None:
 def test_nothing_run_as_the_job_user_can_type_into_our_terminal(tmp_path):
     fake_bin = tmp_path / "bin"
     fake_bin.mkdir()
-    # runuser -u bob -- CMD...: CMD as we are (the attempt needs no second user)
-    (fake_bin / "runuser").write_text('#!/bin/sh\nshift 3\nexec "$@"\n')
-    (fake_bin / "runuser").chmod(0o755)
+    # runuser -u bob -- CMD..., sudo -n -u bob -- CMD...: CMD as we are (the attempt needs
+    # no second user), in the session it was started in
+    for name in ("runuser", "sudo"):
+        (fake_bin / name).write_text('#!/bin/sh\nwhile [ "$1" != -- ]; do shift; done\n'
+                                     'shift\nexec "$@"\n')
+        (fake_bin / name).chmod(0o755)
     log = tmp_path / "attempts"
     pid, fd = pty.fork()
     if pid == 0:
@@ -186,7 +204,8 @@ def test_nothing_run_as_the_job_user_can_type_into_our_terminal(tmp_path):
     assert os.waitstatus_to_exitcode(status) == 0, shown.decode("utf-8", "replace")
     attempts = log.read_text().splitlines()
     wheres = {a.split()[0] for a in attempts}
-    assert wheres == {"check", "diff", "step", "verify", "setup-script"}, attempts
+    assert wheres == {f"{r}-{w}" for r in ("runuser", "sudo") for w in ("check", "diff", "step")
+                      } | {"verify", "setup-script"}, attempts
     assert not [a for a in attempts if a.endswith(" injected")], attempts
     assert all(a.endswith((" ENXIO", " ENOTTY")) for a in attempts), attempts
     assert {f"{w} /dev/tty ENXIO" for w in wheres} <= set(attempts), attempts

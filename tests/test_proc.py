@@ -126,6 +126,42 @@ def test_every_child_has_a_session_of_its_own():
     assert sid == pid == pgid != os.getsid(0)
 
 
+def test_sudo_keeps_our_session_and_what_it_runs_detaches(tmp_path, monkeypatch):
+    """sudo's credentials are the terminal's, so sudo stays in our session (a group of its
+    own); what it runs as another user goes through DETACHED: a session of its own."""
+    fake = tmp_path / "sudo"  # runs what follows `--`, as we are
+    fake.write_text('#!/bin/sh\nwhile [ "$1" != -- ]; do shift; done\nshift\nexec "$@"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    code = "import os; print(os.getsid(0), os.getpgid(0), os.getpid())"
+    sid, pgid, pid = map(int, proc.capture(["sudo", "-n", "--", sys.executable, "-c", code],
+                                           30).stdout.split())
+    assert sid == os.getsid(0) and pgid == pid
+    out = proc.capture(["sudo", "-n", "--", *proc.detached([sys.executable, "-c", code])], 30)
+    sid, pgid, pid = map(int, out.stdout.split())
+    assert sid == pgid == pid != os.getsid(0)
+
+
+def test_detached_passes_an_interrupt_on_and_keeps_the_exit_status():
+    assert proc.capture(proc.detached(["sh", "-c", "exit 7"]), 30).rc == 7
+    children, lines, result = [], [], []
+    started = threading.Event()
+
+    def on_line(line):
+        lines.append(line)
+        started.set()
+
+    worker = threading.Thread(target=lambda: result.append(proc.stream(
+        proc.detached(["bash", "-c", "trap 'echo got-int; exit 130' INT; echo ready; "
+                                     "while :; do sleep 0.05; done"]),
+        on_line, on_start=lambda c: children.append(c) if c else None)))
+    worker.start()
+    assert started.wait(10)
+    proc.interrupt(children[0], grace=5)  # to the wrapper's group, as sudo passes it on
+    worker.join(10)
+    assert not worker.is_alive() and result == [130] and lines == ["ready", "got-int"]
+
+
 def test_a_program_run_as_another_user_gets_none_of_our_start_up_variables(monkeypatch):
     monkeypatch.setenv("BASH_ENV", "/home/bob/.bashrc")
     monkeypatch.setenv("ENV", "/home/bob/.profile")

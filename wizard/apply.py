@@ -76,8 +76,9 @@ class Runner(Protocol):
 class ShellRunner:
     """Runs step text with bash. Root steps run directly as root or through 'sudo -n' (never
     a password prompt mid-run); user steps run as the target user (runuser when root).
-    Every one in a session of its own with stdin /dev/null (hpcwizard.proc): no step, and
-    nothing the job user's files make it run, has our terminal."""
+    Every one with stdin /dev/null and without our terminal (hpcwizard.proc: a session of
+    its own; through sudo, proc.DETACHED): no step, and nothing the job user's files make it
+    run, has our terminal."""
 
     # Checks only read, so before anything has run they may run side by side: a re-apply
     # on a configured machine is its checks alone. Runners without this run them in order.
@@ -104,7 +105,7 @@ class ShellRunner:
             return bash
         if self.uid == 0:
             return ["runuser", "-u", self.target_user, "--", *bash]
-        return ["sudo", "-n", "-u", self.target_user, "--", *bash]
+        return ["sudo", "-n", "-u", self.target_user, "--", *proc.detached(bash)]
 
     def other_user(self, as_: str) -> bool:
         """Whether a step run as as_ runs as a user other than root and us: the job's user,
@@ -157,7 +158,7 @@ class ShellRunner:
         return proc.capture(argv, CHECK_TIMEOUT, env=self.env(as_), cwd="/").ok
 
     def run(self, as_: str, text: str, on_line: Callable[[str], None]) -> int:
-        # A session of its own, no terminal (hpcwizard.proc), so that an interrupt reaches
+        # A group of its own, no terminal (hpcwizard.proc), so that an interrupt reaches
         # all of the step (bash and what bash started, e.g. apt-get and dpkg), whatever
         # signalled us: SIGINT, then SIGTERM.
         return proc.stream(self.argv(as_, text), on_line, env=self.env(as_), cwd="/",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from typing import List
 
-from . import __version__, ops, vocab
+from . import __version__, ops, proc, vocab
 from .i18n import _, comment, field
 from .plan import Plan
 from .dockerfile import dockerfile
@@ -25,11 +25,14 @@ as_root() {
 }
 
 # The job's user's steps get no terminal (a session of their own; stdin, stdout and stderr
-# not this one): what their files make run (ssh's Match exec) cannot type into it.
+# not this one): what their files make run (ssh's Match exec) cannot type into it. Ctrl-C
+# still reaches them: HW_DETACHED passes it on.
+HW_DETACHED=__DETACHED__
 as_user() {
   if [ "$(id -un)" = "$TARGET_USER" ]; then "$@"
-  elif [ "$(id -u)" -eq 0 ]; then setsid -w runuser -u "$TARGET_USER" -- "$@" </dev/null 2>&1 | cat
-  else sudo -n -u "$TARGET_USER" -- setsid -w "$@" </dev/null 2>&1 | cat
+  elif [ "$(id -u)" -eq 0 ]; then
+    bash -c "$HW_DETACHED" hpcwizard-detached runuser -u "$TARGET_USER" -- "$@" 2>&1 | cat
+  else sudo -n -u "$TARGET_USER" -- bash -c "$HW_DETACHED" hpcwizard-detached "$@" 2>&1 | cat
   fi
 }
 
@@ -81,7 +84,8 @@ def setup_script(plan: Plan) -> str:
     ]
     if c.host_keys == "off":
         out.append(comment(_("WARNING: host keys are not checked (--host-keys off).")))
-    out.append(_PRELUDE.replace("__TARGET__", shlex.quote(plan.target.user)))
+    out.append(_PRELUDE.replace("__TARGET__", shlex.quote(plan.target.user))
+               .replace("__DETACHED__", shlex.quote(proc.DETACHED)))
     out.append(comment(_("The operations library (hpcwizard's recipes/ops.sh, sha256 {sha}): "
                          "each step below is one call of it.").format(sha=ops.checksum()[:16])))
     out += _text("HW_OPS", ops.library().rstrip("\n"))

@@ -10,8 +10,11 @@ keyboard, and a session of its own, so that a time-out, a stop or an interrupt r
 of it (a shell's `sleep`, apt-get's dpkg), not only the program we started. With no
 controlling terminal, nothing a child runs (a job user's `Match exec` under `ssh -G`, their
 start-up files) can open /dev/tty to push keystrokes into ours (TIOCSTI) or to prompt; the
-terminal's Ctrl+C reaches us alone, and we pass it on to the child's group (stream). sudo
-then keeps its credentials by parent process, not by terminal: session.open_sudo.
+terminal's Ctrl+C reaches us alone, and we pass it on to the child's group (stream).
+
+sudo alone keeps our session (a process group of its own in it): its cached credentials
+belong to the terminal, and a sudo in a new session finds none. What sudo runs as a user
+other than root goes through DETACHED, which gives it a session of its own in turn.
 
 Output is captured through pipes, never polled for: a pipe's end of file wakes the wait (with
 a time-out and no pipes, subprocess sleeps up to 50 ms between polls, a third of a quick
@@ -22,6 +25,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -39,6 +43,23 @@ STEPS = "C.UTF-8"
 NOT_FOUND = 127  # the shell's codes for a program that could not be started
 CANNOT_RUN = 126
 STOPPED = "stopped"  # Finished.not_started when the Running was stopped first
+
+
+# bash text: "$@" in a session of its own with stdin /dev/null, for what sudo runs as
+# another user (sudo itself keeps our session). SIGINT, SIGTERM and SIGHUP, which sudo passes
+# on to this shell, go on to that session's group (a background job starts with SIGINT
+# ignored: the subshell restores it); the exit status is the command's.
+DETACHED = ('( trap - INT QUIT; exec setsid "$@" </dev/null ) & c=$!\n'
+            'trap \'kill -INT -- -"$c" 2>/dev/null\' INT\n'
+            'trap \'kill -TERM -- -"$c" 2>/dev/null\' TERM HUP\n'
+            'wait "$c"; s=$?\n'
+            'while kill -0 "$c" 2>/dev/null; do wait "$c"; s=$?; done\n'
+            'exit "$s"')
+
+
+def detached(argv: Sequence[str]) -> List[str]:
+    """argv through DETACHED (for after `sudo -u USER --`)."""
+    return ["bash", "-c", DETACHED, "hpcwizard-detached", *argv]
 
 
 # The variables that make a non-interactive shell read a start-up file: a program run as
@@ -144,6 +165,15 @@ def _text(data: Optional[bytes]) -> str:
     return (data or b"").decode("utf-8", "replace")
 
 
+def _session(argv: Tuple[str, ...]) -> dict:
+    if argv[:1] != ("sudo",):
+        return {"start_new_session": True}
+    # sudo's credentials are our terminal's (module docstring)
+    if sys.version_info >= (3, 11):
+        return {"process_group": 0}
+    return {"preexec_fn": os.setpgrp}  # pragma: no cover (Python < 3.11)
+
+
 def _start(argv: Tuple[str, ...], env: Optional[Mapping[str, str]], cwd: Optional[str],
            stdin: Optional[bytes], merge: bool,
            running: Optional[Running]) -> "subprocess.Popen | Finished":
@@ -154,7 +184,7 @@ def _start(argv: Tuple[str, ...], env: Optional[Mapping[str, str]], cwd: Optiona
             argv, cwd=cwd, env=None if env is None else dict(env),
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge else subprocess.PIPE,
-            start_new_session=True)
+            **_session(argv))
     except OSError as exc:
         code = NOT_FOUND if isinstance(exc, FileNotFoundError) else CANNOT_RUN
         return Finished(argv, code, "", "", not_started=exc.strerror or str(exc))

@@ -76,10 +76,9 @@ SUDO_TIMEOUT = 30.0
 
 
 def open_sudo(password: str) -> bool:
-    """Whether sudo accepted password (`sudo -S -v`, no terminal). Every step runs without
-    our terminal (hpcwizard.proc), and there sudo keeps its credentials by parent process:
-    this one, for this `sudo -v` as for each step's `sudo -n`. So hpcwizard asks for the
-    password itself (ask_sudo_password) rather than letting sudo ask on the terminal."""
+    """Whether sudo accepted password (`sudo -S -v`, the password on its stdin): the
+    credentials each step's `sudo -n` then finds. hpcwizard reads the password itself
+    (ask_sudo_password): sudo never reads our terminal."""
     from . import proc
 
     return proc.capture(["sudo", "-S", "-p", "", "-v"], SUDO_TIMEOUT,
