@@ -137,7 +137,7 @@ class WizardApp(App[int]):
     catalog    a Catalog (default load_catalog())
     state_dir  where records go (default hpcwizard.record.state_dir())
     clock      monotonic seconds for the elapsed time (tests freeze it)
-    sudo       function asking for the sudo password once, -> bool (default: suspend, session.ask_sudo_password)
+    sudo       function asking for the sudo password once, -> bool (default: ask_sudo_password)
     sudo_bash  function -> whether sudo then lets bash run as root (default: sudo -n -l bash)
     lock       lock(machine=, directory=) -> the context manager held during apply/undo
                (default hpcwizard.lock.run_lock, as the command line)

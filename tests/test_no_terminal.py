@@ -113,7 +113,7 @@ def test_the_setup_script_runs_the_job_users_steps_without_its_terminal():
     assert f"HW_DETACHED={shlex.quote(proc.DETACHED)}" in prelude
 
 
-# --- a real terminal ---------------------------------------------------------------------------
+# --- a real terminal -----------------------------------------------------------------------
 
 # Tries to type into the terminal: argv where, log. One line per attempt in log.
 ATTEMPT = r"""

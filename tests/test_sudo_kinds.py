@@ -291,7 +291,8 @@ def fake_sudo(tmp_path: Path, monkeypatch, validate_rc: int = 0, list_rc: int = 
     (bin_dir / "sudo").write_text(
         "#!/bin/sh\n"
         f'echo "$*" >> {log}\n'
-        f'case "$*" in "-S -p  -v") read -r pw; echo "stdin: $pw" >> {log}; exit {validate_rc};;\n'
+        f'case "$*" in "-S -p  -v")\n'
+        f'  read -r pw; echo "stdin: $pw" >> {log}; exit {validate_rc};;\n'
         f'  "-n -l bash") exit {list_rc};; esac\n'
         "exit 99\n")
     (bin_dir / "sudo").chmod(0o755)
