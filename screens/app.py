@@ -137,7 +137,7 @@ class WizardApp(App[int]):
     catalog    a Catalog (default load_catalog())
     state_dir  where records go (default hpcwizard.record.state_dir())
     clock      monotonic seconds for the elapsed time (tests freeze it)
-    sudo       function asking for the sudo password once, -> bool (default: suspend, sudo -v)
+    sudo       function asking for the sudo password once, -> bool (default: ask_sudo_password)
     sudo_bash  function -> whether sudo then lets bash run as root (default: sudo -n -l bash)
     lock       lock(machine=, directory=) -> the context manager held during apply/undo
                (default hpcwizard.lock.run_lock, as the command line)
@@ -290,12 +290,12 @@ class WizardApp(App[int]):
         return self._runner(plan)
 
     def _ask_sudo(self) -> bool:
-        import subprocess
+        from hpcwizard.session import ask_sudo_password
 
         with self.suspend():
             print(_("hpcwizard: the system steps need sudo; it asks for your password once, "
                     "now."))
-            ok = subprocess.run(["sudo", "-v"]).returncode == 0
+            ok = ask_sudo_password()
         return ok
 
     @property

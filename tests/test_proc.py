@@ -1,6 +1,6 @@
 """hpcwizard.proc, the one runner apply, verify and detect start programs with: the child's
-locale, its process group (a session of its own, or a group in ours that keeps the terminal
-for sudo), a time-out or a stop killing the whole group, streamed lines, an interrupt."""
+locale, its session of its own (no controlling terminal), a time-out or a stop killing the
+whole group, streamed lines, an interrupt."""
 from __future__ import annotations
 
 import os
@@ -56,11 +56,9 @@ def test_a_program_that_is_not_there_does_not_start():
     assert done.rc == proc.NOT_FOUND and done.not_started and not done.ok
 
 
-@pytest.mark.parametrize("keep_terminal", [False, True])
-def test_a_time_out_kills_the_whole_group(keep_terminal):
+def test_a_time_out_kills_the_whole_group():
     t0 = time.monotonic()
-    done = proc.capture(["bash", "-c", "echo started; sleep 60 & echo $! ; wait"], 1.0,
-                        keep_terminal=keep_terminal)
+    done = proc.capture(["bash", "-c", "echo started; sleep 60 & echo $! ; wait"], 1.0)
     assert done.timed_out and not done.ok and time.monotonic() - t0 < 5
     lines = done.stdout.split()
     assert lines[0] == "started"
@@ -114,16 +112,62 @@ def test_start_of_a_program_that_is_not_there_is_a_finished():
     assert isinstance(done, proc.Finished) and done.rc == proc.NOT_FOUND and done.not_started
 
 
-def test_a_session_of_its_own_or_a_group_in_ours():
-    """verify's and detect's children have no controlling terminal (a session of their own:
-    ssh cannot prompt there); apply's keep our session (sudo's ticket is the terminal's)."""
+def test_every_child_has_a_session_of_its_own():
+    """No child has a controlling terminal (ssh cannot prompt there, nothing can push
+    keystrokes into ours), and its group is its own, for a time-out's or a stop's kill."""
     code = "import os; print(os.getsid(0), os.getpgid(0), os.getpid())"
-    own = proc.capture([sys.executable, "-c", code], 30).stdout.split()
-    sid, pgid, pid = map(int, own)
-    assert sid == pid == pgid
-    kept = proc.capture([sys.executable, "-c", code], 30, keep_terminal=True).stdout.split()
-    sid, pgid, pid = map(int, kept)
-    assert sid == os.getsid(0) and pgid == pid  # our session, a group of its own
+    for run in (lambda: proc.capture([sys.executable, "-c", code], 30).stdout,
+                lambda: proc.start([sys.executable, "-c", code], 30).result().stdout):
+        sid, pgid, pid = map(int, run().split())
+        assert sid == pid == pgid != os.getsid(0)
+    lines: list = []
+    assert proc.stream([sys.executable, "-c", code], lines.append) == 0
+    sid, pgid, pid = map(int, lines[0].split())
+    assert sid == pid == pgid != os.getsid(0)
+
+
+def test_sudo_keeps_our_session_and_what_it_runs_detaches(tmp_path, monkeypatch):
+    """sudo's credentials are the terminal's, so sudo stays in our session (a group of its
+    own); what it runs as another user goes through DETACHED: a session of its own."""
+    fake = tmp_path / "sudo"  # runs what follows `--`, as we are
+    fake.write_text('#!/bin/sh\nwhile [ "$1" != -- ]; do shift; done\nshift\nexec "$@"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    code = "import os; print(os.getsid(0), os.getpgid(0), os.getpid())"
+    sid, pgid, pid = map(int, proc.capture(["sudo", "-n", "--", sys.executable, "-c", code],
+                                           30).stdout.split())
+    assert sid == os.getsid(0) and pgid == pid
+    out = proc.capture(["sudo", "-n", "--", *proc.detached([sys.executable, "-c", code])], 30)
+    sid, pgid, pid = map(int, out.stdout.split())
+    assert sid == pgid == pid != os.getsid(0)
+
+
+def test_detached_passes_an_interrupt_on_and_keeps_the_exit_status():
+    assert proc.capture(proc.detached(["sh", "-c", "exit 7"]), 30).rc == 7
+    children, lines, result = [], [], []
+    started = threading.Event()
+
+    def on_line(line):
+        lines.append(line)
+        started.set()
+
+    worker = threading.Thread(target=lambda: result.append(proc.stream(
+        proc.detached(["bash", "-c", "trap 'echo got-int; exit 130' INT; echo ready; "
+                                     "while :; do sleep 0.05; done"]),
+        on_line, on_start=lambda c: children.append(c) if c else None)))
+    worker.start()
+    assert started.wait(10)
+    proc.interrupt(children[0], grace=5)  # to the wrapper's group, as sudo passes it on
+    worker.join(10)
+    assert not worker.is_alive() and result == [130] and lines == ["ready", "got-int"]
+
+
+def test_a_program_run_as_another_user_gets_none_of_our_start_up_variables(monkeypatch):
+    monkeypatch.setenv("BASH_ENV", "/home/bob/.bashrc")
+    monkeypatch.setenv("ENV", "/home/bob/.profile")
+    assert "BASH_ENV" in proc.child_env(proc.PARSED)  # ours: root's own choice
+    other = proc.child_env(proc.PARSED, other_user=True)
+    assert not set(proc.START_UP_FILES) & set(other) and other["LC_ALL"] == "C"
 
 
 def test_stop_kills_what_runs_and_refuses_what_comes():
@@ -177,8 +221,7 @@ def test_interrupt_sends_sigint_to_the_group_then_the_stream_ends():
     result = []
     worker = threading.Thread(target=lambda: result.append(proc.stream(
         ["bash", "-c", "trap 'echo got-int; exit 130' INT; echo ready; "
-                       "while :; do sleep 0.05; done"], on_line, on_start=on_start,
-        keep_terminal=True)))
+                       "while :; do sleep 0.05; done"], on_line, on_start=on_start)))
     worker.start()
     assert started.wait(10)
     proc.interrupt(children[0], grace=5)

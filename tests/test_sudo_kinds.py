@@ -291,10 +291,15 @@ def fake_sudo(tmp_path: Path, monkeypatch, validate_rc: int = 0, list_rc: int = 
     (bin_dir / "sudo").write_text(
         "#!/bin/sh\n"
         f'echo "$*" >> {log}\n'
-        f'case "$*" in -v) exit {validate_rc};; "-n -l bash") exit {list_rc};; esac\n'
+        f'case "$*" in "-S -p  -v")\n'
+        f'  read -r pw; echo "stdin: $pw" >> {log}; exit {validate_rc};;\n'
+        f'  "-n -l bash") exit {list_rc};; esac\n'
         "exit 99\n")
     (bin_dir / "sudo").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    # hpcwizard reads the password itself (on /dev/tty, which a test has not): typed here
+    import getpass
+    monkeypatch.setattr(getpass, "getpass", lambda prompt="": "secret")
     return log
 
 
@@ -311,7 +316,8 @@ def test_the_password_is_asked_once_then_bash_is_checked(tmp_path, monkeypatch):
     log = fake_sudo(tmp_path, monkeypatch)
     monkeypatch.setattr(cli, "_has_terminal", lambda: True)
     cli._sudo_once(True, "password")
-    assert log.read_text().splitlines() == ["-v", "-n -l bash"]
+    # the password on sudo's stdin, never on its command line
+    assert log.read_text().splitlines() == ["-S -p  -v", "stdin: secret", "-n -l bash"]
 
 
 def test_a_password_that_opens_no_shell_is_refused(tmp_path, monkeypatch):

@@ -76,7 +76,10 @@ class Runner(Protocol):
 
 class ShellRunner:
     """Runs step text with bash. Root steps run directly as root or through 'sudo -n' (never
-    a password prompt mid-run); user steps run as the target user (runuser when root)."""
+    a password prompt mid-run); user steps run as the target user (runuser when root).
+    Every one with stdin /dev/null and without our terminal (hpcwizard.proc: a session of
+    its own; through sudo, proc.DETACHED): no step, and nothing the job user's files make it
+    run, has our terminal."""
 
     # Checks only read, so before anything has run they may run side by side: a re-apply
     # on a configured machine is its checks alone. Runners without this run them in order.
@@ -99,18 +102,23 @@ class ShellRunner:
         bash = ["bash", "-euo", "pipefail", "-c", text] if strict else ["bash", "-c", text]
         if as_ == "root":
             return bash if self.uid == 0 else ["sudo", "-n", "--", *bash]
-        if self.target_user in ("", self.current):
+        if not self.other_user(as_):
             return bash
         if self.uid == 0:
             return ["runuser", "-u", self.target_user, "--", *bash]
-        return ["sudo", "-n", "-u", self.target_user, "--", *bash]
+        return ["sudo", "-n", "-u", self.target_user, "--", *proc.detached(bash)]
+
+    def other_user(self, as_: str) -> bool:
+        """Whether a step run as as_ runs as a user other than root and us: the job's user,
+        whose files (~/.ssh/config's Match exec, start-up files) decide what runs."""
+        return as_ != "root" and self.target_user not in ("", self.current)
 
     def via_sudo(self, as_: str) -> bool:
         """Whether a step run as as_ goes through sudo (argv's choice), for the refusals made
         before a run: sudo cannot serve a uid without a passwd entry."""
         if as_ == "root":
             return self.uid != 0
-        return self.target_user not in ("", self.current) and self.uid != 0
+        return self.other_user(as_) and self.uid != 0
 
     def check(self, as_: str, text: str) -> bool:
         """Checks only read. A root step's check is tried as the current user first: when
@@ -118,9 +126,10 @@ class ShellRunner:
         if not text.strip():
             return False
         if as_ == "root" and self.uid != 0 and self._passes(
-                ["bash", "-c", ops.runnable(text, self.library) if self.library else text]):
+                ["bash", "-c", ops.runnable(text, self.library) if self.library else text],
+                as_):
             return True
-        return self._passes(self.argv(as_, text, strict=False))
+        return self._passes(self.argv(as_, text, strict=False), as_)
 
     def capture(self, as_: str, text: str) -> "tuple[int, str, str]":
         """Run read-only text (a step's diff) with pipefail; its status, output and errors.
@@ -131,8 +140,7 @@ class ShellRunner:
             tries.insert(0, ["bash", "-c", ops.runnable(text, self.library) if self.library else text])
         result = (1, "", "")
         for argv in tries:
-            done = proc.capture(argv, CHECK_TIMEOUT, env=_child_env(), cwd="/",
-                                keep_terminal=True)
+            done = proc.capture(argv, CHECK_TIMEOUT, env=self.env(as_), cwd="/")
             if done.not_started or done.timed_out:
                 result = (1, "", done.not_started or
                           f"{argv[0]}: did not finish within {CHECK_TIMEOUT:g} s")
@@ -142,17 +150,20 @@ class ShellRunner:
                 break
         return result
 
-    @staticmethod
-    def _passes(argv: List[str]) -> bool:
-        return proc.capture(argv, CHECK_TIMEOUT, env=_child_env(), cwd="/",
-                            keep_terminal=True).ok
+    def env(self, as_: str) -> dict:
+        # tools' messages in English: the diagnoses match them; apt and dpkg never ask
+        return proc.child_env(proc.STEPS, extra={"DEBIAN_FRONTEND": "noninteractive"},
+                              other_user=self.other_user(as_))
+
+    def _passes(self, argv: List[str], as_: str) -> bool:
+        return proc.capture(argv, CHECK_TIMEOUT, env=self.env(as_), cwd="/").ok
 
     def run(self, as_: str, text: str, on_line: Callable[[str], None]) -> int:
-        # A process group of its own in our session (sudo's cached credentials are the
-        # terminal's), so that an interrupt reaches all of the step (bash and what bash
-        # started, e.g. apt-get and dpkg), whatever signalled us: SIGINT, then SIGTERM.
-        return proc.stream(self.argv(as_, text), on_line, env=_child_env(), cwd="/",
-                           keep_terminal=True, on_start=self._started)
+        # A group of its own, no terminal (hpcwizard.proc), so that an interrupt reaches
+        # all of the step (bash and what bash started, e.g. apt-get and dpkg), whatever
+        # signalled us: SIGINT, then SIGTERM.
+        return proc.stream(self.argv(as_, text), on_line, env=self.env(as_), cwd="/",
+                           on_start=self._started)
 
     def _started(self, child: Optional[subprocess.Popen]) -> None:
         self.child = child
@@ -177,11 +188,6 @@ def _current_user() -> str:
         from .detect.user import fallback_name
 
         return fallback_name(os.geteuid())
-
-
-def _child_env() -> dict:
-    # tools' messages in English: the diagnoses match them; apt and dpkg never ask
-    return proc.child_env(proc.STEPS, extra={"DEBIAN_FRONTEND": "noninteractive"})
 
 
 # --- apply ----------------------------------------------------------------------------------

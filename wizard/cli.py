@@ -353,10 +353,8 @@ def _confirm(question: str, yes: bool) -> None:
 
 def _sudo_once(needed: bool, sudo: str) -> None:
     """The command line's way to ask for the sudo password once (session.sudo_once): on the
-    terminal, with `sudo -v`; refused at once when there is no terminal to type it in."""
-    import subprocess
-
-    from .session import sudo_once
+    terminal; refused at once when there is no terminal to type it in."""
+    from .session import ask_sudo_password, sudo_once
 
     def ask() -> bool:
         if not _has_terminal():
@@ -364,13 +362,13 @@ def _sudo_once(needed: bool, sudo: str) -> None:
             raise BadInput(_("the system steps need your sudo password and there is no "
                              "terminal to type it in: run this in a terminal, as root, or "
                              "with passwordless sudo; nothing was changed"))
-        return subprocess.run(["sudo", "-v"]).returncode == 0
+        return ask_sudo_password()
 
     sudo_once(needed, sudo, ask)
 
 
 def _has_terminal() -> bool:
-    """sudo reads the password from /dev/tty, whatever stdin is: a terminal is one that opens
+    """The password is read from /dev/tty, whatever stdin is: a terminal is one that opens
     (without a controlling terminal it fails with ENXIO)."""
     try:
         fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)

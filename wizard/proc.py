@@ -3,16 +3,18 @@
     env = child_env(PARSED)                      # LC_ALL=C: messages we parse are English
     done = capture(["ssh", "-V"], 5.0, env=env)  # a Finished: rc, stdout, stderr, timed_out
     later = start(["ssh", "-V"], 5.0, env=env)   # a Started (.result() waits) or a Finished
-    code = stream(argv, on_line, env=child_env(STEPS), keep_terminal=True)
+    code = stream(argv, on_line, env=child_env(STEPS))
 
 Every child gets stdin from /dev/null (or the bytes given), so nothing can wait for a
-keyboard, and a process group of its own, so that a time-out, a stop or an interrupt reaches
-all of it (a shell's `sleep`, apt-get's dpkg), not only the program we started:
+keyboard, and a session of its own, so that a time-out, a stop or an interrupt reaches all
+of it (a shell's `sleep`, apt-get's dpkg), not only the program we started. With no
+controlling terminal, nothing a child runs (a job user's `Match exec` under `ssh -G`, their
+start-up files) can open /dev/tty to push keystrokes into ours (TIOCSTI) or to prompt; the
+terminal's Ctrl+C reaches us alone, and we pass it on to the child's group (stream).
 
-- by default a new session (no controlling terminal): ssh cannot open /dev/tty to ask for a
-  password, and the terminal's Ctrl+C does not reach it (the caller decides what it does);
-- keep_terminal=True (apply's steps and checks): a process group in our session, because
-  sudo's cached credentials (`sudo -v` once, then `sudo -n` per step) belong to the terminal.
+sudo alone keeps our session (a process group of its own in it): its cached credentials
+belong to the terminal, and a sudo in a new session finds none. What sudo runs as a user
+other than root goes through DETACHED, which gives it a session of its own in turn.
 
 Output is captured through pipes, never polled for: a pipe's end of file wakes the wait (with
 a time-out and no pipes, subprocess sleeps up to 50 ms between polls, a third of a quick
@@ -43,11 +45,38 @@ CANNOT_RUN = 126
 STOPPED = "stopped"  # Finished.not_started when the Running was stopped first
 
 
+# bash text: "$@" in a session of its own with stdin /dev/null, for what sudo runs as
+# another user (sudo itself keeps our session). SIGINT, SIGTERM and SIGHUP, which sudo passes
+# on to this shell, go on to that session's group (a background job starts with SIGINT
+# ignored: the subshell restores it); the exit status is the command's.
+DETACHED = ('( trap - INT QUIT; exec setsid "$@" </dev/null ) & c=$!\n'
+            'trap \'kill -INT -- -"$c" 2>/dev/null\' INT\n'
+            'trap \'kill -TERM -- -"$c" 2>/dev/null\' TERM HUP\n'
+            'wait "$c"; s=$?\n'
+            'while kill -0 "$c" 2>/dev/null; do wait "$c"; s=$?; done\n'
+            'exit "$s"')
+
+
+def detached(argv: Sequence[str]) -> List[str]:
+    """argv through DETACHED (for after `sudo -u USER --`)."""
+    return ["bash", "-c", DETACHED, "hpcwizard-detached", *argv]
+
+
+# The variables that make a non-interactive shell read a start-up file: a program run as
+# another user gets none of ours (root's BASH_ENV could name a file in that user's home).
+START_UP_FILES = ("BASH_ENV", "ENV")
+
+
 def child_env(locale: str, base: Optional[Mapping[str, str]] = None,
-              extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
-    """base (default: our environment) with extra over it and the locale fixed."""
+              extra: Optional[Mapping[str, str]] = None,
+              other_user: bool = False) -> Dict[str, str]:
+    """base (default: our environment) with extra over it and the locale fixed; for a
+    program run as another user (other_user), without START_UP_FILES."""
     env = dict(os.environ if base is None else base)
     env.update(extra or {})
+    if other_user:
+        for name in START_UP_FILES:
+            env.pop(name, None)
     env["LC_ALL"] = locale
     env["LANG"] = locale
     env.pop("LANGUAGE", None)
@@ -100,14 +129,6 @@ class Running:
             self._procs.pop(proc.pid, None)
 
 
-def _group(keep_terminal: bool) -> dict:
-    if not keep_terminal:
-        return {"start_new_session": True}
-    if sys.version_info >= (3, 11):
-        return {"process_group": 0}
-    return {"preexec_fn": os.setpgrp}  # pragma: no cover (Python < 3.11)
-
-
 def signal_group(proc: subprocess.Popen, signum: int, if_running: bool = True) -> None:
     """signum to proc's whole process group; to proc alone when the group is not ours to
     signal (sudo's). if_running: not when proc itself has ended already (an interrupt of a
@@ -144,8 +165,17 @@ def _text(data: Optional[bytes]) -> str:
     return (data or b"").decode("utf-8", "replace")
 
 
+def _session(argv: Tuple[str, ...]) -> dict:
+    if argv[:1] != ("sudo",):
+        return {"start_new_session": True}
+    # sudo's credentials are our terminal's (module docstring)
+    if sys.version_info >= (3, 11):
+        return {"process_group": 0}
+    return {"preexec_fn": os.setpgrp}  # pragma: no cover (Python < 3.11)
+
+
 def _start(argv: Tuple[str, ...], env: Optional[Mapping[str, str]], cwd: Optional[str],
-           keep_terminal: bool, stdin: Optional[bytes], merge: bool,
+           stdin: Optional[bytes], merge: bool,
            running: Optional[Running]) -> "subprocess.Popen | Finished":
     if running is not None and running.stopped:
         return Finished(argv, 130, "", "", not_started=STOPPED)
@@ -154,7 +184,7 @@ def _start(argv: Tuple[str, ...], env: Optional[Mapping[str, str]], cwd: Optiona
             argv, cwd=cwd, env=None if env is None else dict(env),
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge else subprocess.PIPE,
-            **_group(keep_terminal))
+            **_session(argv))
     except OSError as exc:
         code = NOT_FOUND if isinstance(exc, FileNotFoundError) else CANNOT_RUN
         return Finished(argv, code, "", "", not_started=exc.strerror or str(exc))
@@ -218,12 +248,11 @@ class Started:
 
 def start(argv: Sequence[str], timeout: float, *, env: Optional[Mapping[str, str]] = None,
           stdin: Optional[bytes] = None, merge: bool = False, cwd: Optional[str] = None,
-          keep_terminal: bool = False, running: Optional[Running] = None
-          ) -> "Started | Finished":
+          running: Optional[Running] = None) -> "Started | Finished":
     """Start argv now and return at once: a Started to wait on, or the Finished of a program
     that could not start."""
     argv = tuple(argv)
-    proc = _start(argv, env, cwd, keep_terminal, stdin, merge, running)
+    proc = _start(argv, env, cwd, stdin, merge, running)
     if isinstance(proc, Finished):
         return proc
     return Started(proc, argv, timeout, stdin, running)
@@ -231,16 +260,16 @@ def start(argv: Sequence[str], timeout: float, *, env: Optional[Mapping[str, str
 
 def capture(argv: Sequence[str], timeout: float, *, env: Optional[Mapping[str, str]] = None,
             stdin: Optional[bytes] = None, merge: bool = False, cwd: Optional[str] = None,
-            keep_terminal: bool = False, running: Optional[Running] = None) -> Finished:
+            running: Optional[Running] = None) -> Finished:
     """Run argv to its end or its time-out and keep its output (start(), then its result())."""
     started = start(argv, timeout, env=env, stdin=stdin, merge=merge, cwd=cwd,
-                    keep_terminal=keep_terminal, running=running)
+                    running=running)
     return started if isinstance(started, Finished) else started.result()
 
 
 def stream(argv: Sequence[str], on_line: Callable[[str], None], *,
            env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
-           keep_terminal: bool = False, grace: float = 10.0,
+           grace: float = 10.0,
            on_start: Optional[Callable[[Optional[subprocess.Popen]], None]] = None,
            running: Optional[Running] = None) -> int:
     """Run argv, each line of its output (stderr merged) to on_line as it comes; its exit
@@ -249,7 +278,7 @@ def stream(argv: Sequence[str], on_line: Callable[[str], None], *,
     SIGTERM, then as long again before SIGKILL (stop_group). on_start sees the child when it
     starts and None when it ended (interrupt())."""
     argv = tuple(argv)
-    proc = _start(argv, env, cwd, keep_terminal, None, True, running)
+    proc = _start(argv, env, cwd, None, True, running)
     if isinstance(proc, Finished):
         if proc.not_started == STOPPED:
             raise KeyboardInterrupt

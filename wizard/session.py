@@ -16,7 +16,6 @@ import contextlib
 import os
 import dataclasses
 import stat
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, List, Optional, Sequence
@@ -73,23 +72,52 @@ def no_sudo_here(user: UserInfo) -> str:
         else _("sudo here runs nothing as root for you"))
 
 
+SUDO_TIMEOUT = 30.0
+
+
+def open_sudo(password: str) -> bool:
+    """Whether sudo accepted password (`sudo -S -v`, the password on its stdin): the
+    credentials each step's `sudo -n` then finds. hpcwizard reads the password itself
+    (ask_sudo_password): sudo never reads our terminal."""
+    from . import proc
+
+    return proc.capture(["sudo", "-S", "-p", "", "-v"], SUDO_TIMEOUT,
+                        stdin=(password + "\n").encode("utf-8"),
+                        env=proc.child_env(proc.PARSED)).ok
+
+
+def ask_sudo_password() -> bool:
+    """The password read on the terminal (not echoed), then open_sudo. For both front ends
+    (the wizard with its screen suspended); False when none could be read."""
+    import getpass
+    import pwd
+
+    try:
+        user = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:  # sudo refuses such a user anyway; the prompt still says who
+        user = str(os.geteuid())
+    try:
+        password = getpass.getpass(_("[sudo] password for {user}: ").format(user=user))
+    except (EOFError, OSError):
+        return False
+    return open_sudo(password)
+
+
 def sudo_allows_bash() -> bool:
     """Whether sudo, already opened, lets this user run bash as root without a password
     again: every root step is `sudo -n -- bash ...`."""
-    try:
-        return subprocess.run(["sudo", "-n", "-l", "bash"], stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+    from . import proc
+
+    return proc.capture(["sudo", "-n", "-l", "bash"], SUDO_TIMEOUT,
+                        env=proc.child_env(proc.PARSED)).ok
 
 
 def sudo_once(needed: bool, sudo: str, ask: Callable[[], bool],
               allows_bash: Callable[[], bool] = sudo_allows_bash) -> None:
     """Open sudo once, before the run (apply, replay, undo), never inside it: each root step
-    then runs `sudo -n`, on the credentials this leaves. `ask` asks for the password (the
-    command line: `sudo -v` on the terminal; the wizard: the same with the screen suspended)
-    and says whether sudo accepted it. BadInput, with nothing changed, when it did not, or
+    then runs `sudo -n`, on the credentials this leaves. `ask` asks for the password
+    (ask_sudo_password; the wizard suspends its screen around it) and says whether sudo
+    accepted it. BadInput, with nothing changed, when it did not, or
     when sudo's rules do not let bash run as root."""
     if not (needed and sudo == "password"):
         return

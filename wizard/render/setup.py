@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from typing import List, Mapping, Protocol, Sequence
 
-from .. import __version__, ops
+from .. import __version__, ops, proc
 from ..i18n import _, comment, field
 from ..job import Job
 from ..vocab import EXPORT_FILE_NAMES
@@ -22,10 +22,15 @@ as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo -n -- "$@"; fi
 }
 
+# The job's user's steps get no terminal (a session of their own; stdin, stdout and stderr
+# not this one): what their files make run (ssh's Match exec) cannot type into it. Ctrl-C
+# still reaches them: HW_DETACHED passes it on.
+HW_DETACHED=__DETACHED__
 as_user() {
   if [ "$(id -un)" = "$TARGET_USER" ]; then "$@"
-  elif [ "$(id -u)" -eq 0 ]; then runuser -u "$TARGET_USER" -- "$@"
-  else sudo -n -u "$TARGET_USER" -- "$@"
+  elif [ "$(id -u)" -eq 0 ]; then
+    bash -c "$HW_DETACHED" hpcwizard-detached runuser -u "$TARGET_USER" -- "$@" 2>&1 | cat
+  else sudo -n -u "$TARGET_USER" -- bash -c "$HW_DETACHED" hpcwizard-detached "$@" 2>&1 | cat
   fi
 }
 
@@ -89,7 +94,8 @@ def render(job: Job, steps: Sequence[StepText]) -> str:
     ]
     if job.host_keys_off:
         out.append(comment(_("WARNING: host keys are not checked (--host-keys off).")))
-    out.append(_PRELUDE.replace("__TARGET__", shlex.quote(job.user)))
+    out.append(_PRELUDE.replace("__TARGET__", shlex.quote(job.user))
+               .replace("__DETACHED__", shlex.quote(proc.DETACHED)))
     out.append(comment(_("The operations library (hpcwizard's recipes/ops.sh, sha256 {sha}): "
                          "each step below is one call of it.").format(sha=ops.checksum()[:16])))
     out += _text("HW_OPS", ops.library().rstrip("\n"))

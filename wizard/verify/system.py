@@ -55,12 +55,17 @@ class System:
         return rank_of(list(names))
 
     def ask(self, probe: Probe) -> Ran:
-        return self.run(probe.argv(), probe.timeout, probe.env(), probe.stdin())
+        return self.run(probe.argv(), probe.timeout, probe.env(), probe.stdin(),
+                        other_user=bool(getattr(probe, "user", "")))
 
     def run(self, argv: Sequence[str], timeout: float = 10.0,
-            env: Optional[Mapping[str, str]] = None, stdin: Optional[bytes] = None) -> Ran:
+            env: Optional[Mapping[str, str]] = None, stdin: Optional[bytes] = None,
+            other_user: bool = False) -> Ran:
+        """argv in a session of its own, without our terminal (hpcwizard.proc); other_user:
+        it runs as the job's user (runuser), who gets none of our start-up variables."""
         argv = tuple(argv)
-        done = proc.capture(argv, timeout, env=proc.child_env(proc.PARSED, extra=env),
+        done = proc.capture(argv, timeout, env=proc.child_env(proc.PARSED, extra=env,
+                                                              other_user=other_user),
                             stdin=stdin, merge=True, running=self._running)
         if done.not_started == proc.STOPPED:
             return Ran(argv, 130, _("(stopped before it ran)"))
