@@ -84,6 +84,14 @@ CASES: Dict[str, Case] = {
     "peers-too-many": (PLAN + ["--peers", " ".join(f"n{i}" for i in range(33))], {}, {}),
     "peers-backtick": (APPLY + ["--peers", "`touch {tmp}/pwned`"], {}, {}),
     "peers-newline": (PLAN + ["--peers", "job-*\nMatch all"], {}, {}),
+    # a value that starts with '-' becomes an option of the command it reaches (ssh -G PATTERN)
+    "peers-leading-dash": (PLAN + ["--peers=-oProxyCommand"], {}, {}),
+    "peers-leading-dash-second": (APPLY + ["--peers", "job-* -oProxyCommand"], {}, {}),
+    "export-peers-leading-dash": (["export", *MPI_TCP, "--format", "setup", "--peers=-v"], {},
+                                  {}),
+    "hosts-leading-dash-second": (VERIFY + ["--hosts", "node1,-oProxyCommand"], {}, {}),
+    "env-hosts-leading-dash": (VERIFY, {"HOSTS": "-v"}, {}),
+    "user-leading-dash": (APPLY + ["--user=-v"], {}, {}),
     # the job's hosts the SSH client settings are derived from (no --peers)
     "env-hosts-for-peers-shell": (PLAN, {"HOSTS": "node1;touch {tmp}/pwned"}, {}),
     "env-slurm-for-peers-bracket": (APPLY, {"SLURM_JOB_NODELIST": "node[1-"}, {}),
@@ -105,6 +113,9 @@ CASES: Dict[str, Case] = {
     "hostfile-quote": (VERIFY + ["--hostfile", "{tmp}/hf"], {}, {"hf": b"node1\nnode'2 slots=1\n"}),
     "hostfile-empty": (VERIFY + ["--hostfile", "{tmp}/hf"], {}, {"hf": b"# nothing\n"}),
     "hostfile-binary": (VERIFY + ["--hostfile", "{tmp}/hf"], {}, {"hf": b"\x00\xff\xfe\n"}),
+    # bash's read drops a NUL: 'node1<NUL>node2' was one host 'node1node2'
+    "hostfile-nul": (VERIFY + ["--hostfile", "{tmp}/hf"], {}, {"hf": b"node1\x00node2\n"}),
+    "env-hostfile-nul": (VERIFY, {"HOSTFILE": "{tmp}/hf"}, {"hf": b"node1\nnode2\x00\n"}),
     # URLs and sha256 values
     "url-ftp": (["plan", *MPI_IB, "--ucx-url", "ftp://example.org/ucx.deb"], {}, {}),
     "url-quote": (["plan", *MPI_IB, "--ucx-url", "https://example.org/u'x.deb"], {}, {}),
@@ -317,6 +328,8 @@ def test_cli_bad_input(case: str, tmp_path: Path) -> None:
 # what some refusals must say (the table above holds them to one line and exit 2)
 SAYS = {
     "export-under-a-file": "/f is not a directory: ",
+    "peers-leading-dash": "not starting with '-'",
+    "hostfile-nul": "holds a NUL byte",
     "hosts-brace-list": "--hosts: the brace list {1,2} is not supported",
     "hosts-twice-in-another-case": "--hosts names NODE1 twice: node1 and NODE1 are one host",
     "user-empty": "argument --user: the value is empty",
