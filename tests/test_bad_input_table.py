@@ -162,6 +162,17 @@ CASES: Dict[str, Case] = {
                             {"f": b"x"}),
     "export-onto-directory": (["export", *MPI_TCP, "--format", "setup", "-o", "{tmp}"], {}, {}),
     "diagnose-missing": (["diagnose", "{tmp}/no-such.log"], {}, {}),
+    # where the lock, records and logs go: under a file, a file, a directory nobody writes
+    "state-dir-under-dev-null": (APPLY, {"HPCWIZARD_STATE_DIR": "/dev/null/x"}, {}),
+    "state-dir-under-a-file": (APPLY, {"HPCWIZARD_STATE_DIR": "{tmp}/f/state"}, {"f": b"x"}),
+    "state-dir-a-file": (APPLY, {"HPCWIZARD_STATE_DIR": "{tmp}/f"}, {"f": b"x"}),
+    "state-dir-records-a-file": (APPLY, {"HPCWIZARD_STATE_DIR": "{tmp}/s"},
+                                 {"s/records": b"x"}),
+    "state-dir-unwritable": (APPLY, {"HPCWIZARD_STATE_DIR": "/proc/1/state"}, {}),
+    "state-dir-on-undo": (["undo", "{tmp}/r.toml", "--yes"], {"HPCWIZARD_STATE_DIR": "/dev/null/x"},
+                          {"r.toml": GOOD_RECORD.encode()}),
+    "record-under-dev-null": (APPLY + ["--record", "/dev/null/x/r.toml"], {}, {}),
+    "record-under-a-file": (APPLY + ["--record", "{tmp}/f/r.toml"], {}, {"f": b"x"}),
     # environment read at plan time
     "env-apt-lock-timeout": (PLAN, {"HPCWIZARD_APT_LOCK_TIMEOUT": "soon"}, {}),
     "env-apt-lock-timeout-shell": (APPLY, {"HPCWIZARD_APT_LOCK_TIMEOUT": "1;touch /tmp/pwned"}, {}),
@@ -301,13 +312,14 @@ def test_cli_bad_input(case: str, tmp_path: Path) -> None:
         if body is FIFO:  # nobody writes to it: a reader that opens it blocking hangs
             os.mkfifo(work / name)
         else:
+            (work / name).parent.mkdir(parents=True, exist_ok=True)
             (work / name).write_bytes(body.replace(b"{tmp}", str(work).encode()))
     argv = [a.replace("{tmp}", str(work)) for a in argv]
     env = {k: v.replace("{tmp}", str(work)) for k, v in env.items()}
     state = tmp_path / "state"
     before = snapshot(*ROOTS)
     listing = sorted(os.listdir(work))
-    full_env = dict(os.environ, HPCWIZARD_STATE_DIR=str(state), **env)
+    full_env = {**os.environ, "HPCWIZARD_STATE_DIR": str(state), **env}
     # 20 s: each case is refused in well under a second; a hang fails fast
     proc = subprocess.run([wizard_exe(), *argv], stdin=subprocess.DEVNULL, capture_output=True,
                           text=True, timeout=20, cwd=str(work), env=full_env)
@@ -329,6 +341,7 @@ def test_cli_bad_input(case: str, tmp_path: Path) -> None:
 SAYS = {
     "export-under-a-file": "/f is not a directory: ",
     "peers-leading-dash": "not starting with '-'",
+    "record-under-a-file": "/f is not a directory",
     "hostfile-nul": "holds a NUL byte",
     "hosts-brace-list": "--hosts: the brace list {1,2} is not supported",
     "hosts-twice-in-another-case": "--hosts names NODE1 twice: node1 and NODE1 are one host",
