@@ -169,6 +169,8 @@ CASES: Dict[str, Case] = {
     "state-dir-records-a-file": (APPLY, {"HPCWIZARD_STATE_DIR": "{tmp}/s"},
                                  {"s/records": b"x"}),
     "state-dir-unwritable": (APPLY, {"HPCWIZARD_STATE_DIR": "/proc/1/state"}, {}),
+    "xdg-state-home-under-a-file": (APPLY, {"HPCWIZARD_STATE_DIR": "",
+                                            "XDG_STATE_HOME": "{tmp}/f/state"}, {"f": b"x"}),
     "state-dir-on-undo": (["undo", "{tmp}/r.toml", "--yes"], {"HPCWIZARD_STATE_DIR": "/dev/null/x"},
                           {"r.toml": GOOD_RECORD.encode()}),
     "record-under-dev-null": (APPLY + ["--record", "/dev/null/x/r.toml"], {}, {}),
