@@ -1036,8 +1036,8 @@ _hw_sshd_run() {
     systemctl restart "$unit"
   elif [ -z "$pid" ]; then
     _hw_write_state "$key.started" starting  # before it starts: a kill now still leaves its undo
-    if [ -z "$config" ]; then install -d -m 0755 /run/sshd; /usr/sbin/sshd
-    else /usr/sbin/sshd -f "$config"; fi
+    # shellcheck disable=SC2119  # the sshd's own configuration: no arguments
+    _hw_sshd_exec
   else
     kill -HUP "$pid"  # running, but not on this port yet: it reads its configuration again
   fi
@@ -1055,6 +1055,19 @@ _hw_sshd_run() {
   fi
   "${sshd_t[@]}" > /dev/null || true
   _hw_die "sshd did not start listening on port $port within 20 s"
+}
+
+# _hw_sshd_exec [SSHD_ARG...]: starts the sshd of $config (the system's when empty) as a
+# daemon, with SSHD_ARG (the launch script's -p PORT). The one place an sshd is started:
+# hw_sshd's run here, hw_rt_sshd in the launch script (which embeds this function). The
+# system's needs /run/sshd and host keys: a container started from an exported image may
+# have lost /run, or carry no keys (apply's host-keys step made them before).
+# shellcheck disable=SC2120  # the launch script's hw_rt_sshd passes -p PORT
+_hw_sshd_exec() {
+  if [ -n "$config" ]; then /usr/sbin/sshd -f "$config" "$@"; return; fi
+  install -d -m 0755 /run/sshd
+  if ! compgen -G '/etc/ssh/ssh_host_*_key' >/dev/null; then ssh-keygen -A; fi
+  /usr/sbin/sshd "$@"
 }
 
 _hw_sshd_undo() {

@@ -2,8 +2,9 @@
 # hpcwizard's instance runtime, written once: which hosts make up the job, which of them this
 # instance is, sshd, waiting for the peers, the hostfile. The launch script embeds this file
 # (wizard/launch.py) and `hpcwizard verify` runs it (wizard/runtime.py), so that verify checks
-# the hosts the launch uses, in the order it uses them. tests/fixtures/host-inputs.toml is the
-# table both (and wizard/hosts.py, the wizard's hosts field) are held to.
+# the hosts the launch uses, in the order it uses them; the wizard's hosts field and the SSH
+# client's Host patterns ask it too (wizard/runtime.py): the host grammar is written here
+# only. tests/fixtures/host-inputs.toml is its table of cases.
 #
 #   hw_rt_discover [--hosts TEXT] [--hostfile PATH]  -> HW_RT_NAMES, HW_RT_SLOTS, HW_RT_SOURCE
 #   hw_rt_rank NAME...                               -> HW_RT_RANK ("which host is this")
@@ -18,7 +19,8 @@
 #   hw_rt_roce_gid HCA PORT                          -> HW_RT_GID (RoCE v2, IPv4)
 #
 # A function that fails returns non-zero with one line in HW_RT_ERROR, which the caller says
-# (the launch script's die, verify's BadInput); hw_rt_sshd and hw_rt_wait also log progress
+# (the launch script's die; Python's BadInput, in the user's language, from
+# HW_RT_ERROR_ARGS); hw_rt_sshd and hw_rt_wait also log progress
 # on stderr as they go. Safe under set -euo pipefail
 # and set -u; a value from the user is never evaluated: numbers are matched as ASCII digits
 # before any arithmetic (bash arithmetic runs the $(...) in 'a[$(id)]'), names are checked
@@ -38,7 +40,7 @@
 # Lists (--hosts, HOSTS, each VC_<TASK>_HOSTS): items between commas or any blanks (space,
 # tab, newline); an item with [...] is a Slurm list item (node[01-03,07], rack[1-2]-n[1-2]),
 # one with {A..B} a range (job-{0..3}, n{08..11} keeps the zero padding). Ranges multiply,
-# the first varying slowest. Decided where the earlier two implementations disagreed:
+# the first varying slowest. Decided:
 #   - a range that counts down (n{3..1}, n[3-1]) is refused, naming it: it is a typo far more
 #     often than a wish for the names in reverse, and Slurm refuses it too;
 #   - VC_<TASK>_HOSTS takes patterns like any other list;
@@ -53,10 +55,21 @@ HW_RT_MAX_RANGES=16       # range groups in one item: 4096 hosts need 12 of size
 HW_RT_MAX_TEXT=1048576    # characters of a host list (4096 long names fit)
 HW_RT_MAX_SLOTS=65536     # slots= / cpu= / host:N in a hostfile
 HW_RT_HOSTFILE_LIMIT=1048576
+# The platforms' variables, the one list of them (VC_<TASK>_HOSTS aside): hostfiles, Slurm's
+# node lists, and all the sources read and rank reads (hw_rt_answer variables prints them)
+HW_RT_HOSTFILE_VARS=(HOSTFILE OMPI_MCA_orte_default_hostfile OMPI_MCA_prte_default_hostfile
+                     PRTE_MCA_prte_default_hostfile)
+HW_RT_SLURM_VARS=(SLURM_JOB_NODELIST SLURM_NODELIST)
+# shellcheck disable=SC2034  # read by hw_rt_answer; the launch script does not use it
+HW_RT_PLATFORM_VARS=(HOSTS "${HW_RT_HOSTFILE_VARS[@]}" "${HW_RT_SLURM_VARS[@]}" MASTER_ADDR
+                     PET_MASTER_ADDR PET_NNODES WORLD_SIZE PET_NPROC_PER_NODE NODE_RANK
+                     PET_NODE_RANK)
 HW_RT_NAMES=()
 HW_RT_SLOTS=()
 HW_RT_SOURCE=''
 HW_RT_ERROR=''
+HW_RT_ERROR_ARGS=()
+HW_RT_ERROR_WHERE=''
 HW_RT_RANK=''
 _hw_rt_out=()
 
@@ -65,7 +78,37 @@ _HW_RT_ALNUM='ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789'
 _HW_RT_LONG_LABEL=$(printf '[!.]%.0s' {1..64})  # a glob: 64 characters between dots
 _HW_RT_BLANKS=$' \t\n\r\f\v'
 
-_hw_rt_fail() { HW_RT_ERROR=$*; return 1; }
+# _hw_rt_fail TEMPLATE [KEY VALUE]...: the refusal, in HW_RT_ERROR for the launch script to
+# say, and as data in HW_RT_ERROR_ARGS (TEMPLATE, then KEY VALUE pairs) for a program to say
+# in its user's language: TEMPLATE is Python's str.format text, {KEY} a value, {KEY!r} one
+# quoted (at most 60 characters), {{ and }} braces; wizard/runtime.py lists the templates.
+_hw_rt_fail() {
+  local template=$1 rest=$1 out='' m key value
+  local re='^([^{}]*)([{][{]|[}][}]|[{]([abcdefghijklmnopqrstuvwxyz_]+)(!r)?[}])'
+  local -A values=()
+  shift
+  HW_RT_ERROR_ARGS=("$template") HW_RT_ERROR_WHERE=''
+  while [ $# -ge 2 ]; do
+    value=$2
+    if [[ $template == *"{$1!r}"* && ${#value} -gt 60 ]]; then value="${value:0:60}…"; fi
+    values[$1]=$2
+    HW_RT_ERROR_ARGS+=("$1" "$value")
+    shift 2
+  done
+  while [[ $rest =~ $re ]]; do
+    m=${BASH_REMATCH[0]} key=${BASH_REMATCH[3]}
+    out+=${BASH_REMATCH[1]}
+    case ${BASH_REMATCH[2]} in
+      '{{') out+='{' ;;
+      '}}') out+='}' ;;
+      *'!r}') out+=$(_hw_rt_q "${values[$key]-}") ;;
+      *) out+=${values[$key]-} ;;
+    esac
+    rest=${rest:${#m}}
+  done
+  HW_RT_ERROR=$out$rest
+  return 1
+}
 
 _hw_rt_log() {
   if declare -F log >/dev/null; then log "$*"; else printf 'hpcwizard: %s\n' "$*" >&2; fi
@@ -99,7 +142,7 @@ _hw_rt_blank() { [[ ${1:-} != *[!$_HW_RT_BLANKS]* ]]; }
 # of it is quadratic).
 _hw_rt_too_many() {
   if (($1 + ${#_hw_rt_out[@]} > HW_RT_MAX_HOSTS)); then
-    _hw_rt_fail "host pattern $(_hw_rt_q "${!2}") gives more than $HW_RT_MAX_HOSTS hosts"
+    _hw_rt_fail 'host pattern {text!r} gives more than {max} hosts' text "${!2}" max "$HW_RT_MAX_HOSTS"
     return 1
   fi
 }
@@ -124,7 +167,7 @@ _hw_rt_braces() {
     los+=("${BASH_REMATCH[1]}")
     his+=("${BASH_REMATCH[2]}")
     if [ "${#los[@]}" -gt "$HW_RT_MAX_RANGES" ]; then
-      _hw_rt_fail "host pattern $(_hw_rt_q "$item") has more than $HW_RT_MAX_RANGES ranges"
+      _hw_rt_fail 'host pattern {text!r} has more than {max} ranges' text "$item" max "$HW_RT_MAX_RANGES"
       return 1
     fi
     lit=${rest%%"$m"*}  # the match is the leftmost: the first place its text is found
@@ -136,7 +179,7 @@ _hw_rt_braces() {
     lo=${los[j]} hi=${his[j]}
     if [ "${#lo}" -gt 18 ] || [ "${#hi}" -gt 18 ]; then _hw_rt_too_many "$((HW_RT_MAX_HOSTS + 1))" item; return 1; fi
     if ((10#$hi < 10#$lo)); then
-      _hw_rt_fail "host pattern $(_hw_rt_q "$item"): the range {$lo..$hi} counts down"
+      _hw_rt_fail 'host pattern {text!r}: the range {range} counts down' text "$item" range "{$lo..$hi}"
       return 1
     fi
     if ((10#$hi - 10#$lo + 1 > HW_RT_MAX_HOSTS)); then _hw_rt_too_many "$((HW_RT_MAX_HOSTS + 1))" item; return 1; fi
@@ -172,14 +215,14 @@ _hw_rt_brackets() {
     lits+=("$lit")
     rest=${rest:${#lit}+${#m}}  # not ${rest#*"$m"}: quadratic in bash
     if [ "${#inners[@]}" -gt "$HW_RT_MAX_RANGES" ]; then
-      _hw_rt_fail "host pattern $(_hw_rt_q "$item") has more than $HW_RT_MAX_RANGES ranges"
+      _hw_rt_fail 'host pattern {text!r} has more than {max} ranges' text "$item" max "$HW_RT_MAX_RANGES"
       return 1
     fi
   done
   lits+=("$rest")
   for lit in "${lits[@]}"; do
     if [[ $lit == *[][]* ]]; then
-      _hw_rt_fail "node list item $(_hw_rt_q "$item") has an unmatched bracket"
+      _hw_rt_fail 'node list item {item!r} has an unmatched bracket' item "$item"
       return 1
     fi
   done
@@ -189,16 +232,16 @@ _hw_rt_brackets() {
     for r in "${ranges[@]}"; do
       _hw_rt_strip r "$r"
       if ! [[ $r =~ $range_re ]]; then
-        _hw_rt_fail "node list range $(_hw_rt_q "$r") in $(_hw_rt_q "$item") is not N or N-M"
+        _hw_rt_fail 'node list range {range!r} in {item!r} is not N or N-M' range "$r" item "$item"
         return 1
       fi
       a=${BASH_REMATCH[1]} b=${BASH_REMATCH[3]:-${BASH_REMATCH[1]}}
       if [ "${#a}" -gt 18 ] || [ "${#b}" -gt 18 ] || ((10#$b - 10#$a + 1 > HW_RT_MAX_HOSTS)); then
-        _hw_rt_fail "node list range $(_hw_rt_q "$r") gives more than $HW_RT_MAX_HOSTS hosts"
+        _hw_rt_fail 'node list range {range!r} gives more than {max} hosts' range "$r" max "$HW_RT_MAX_HOSTS"
         return 1
       fi
       if ((10#$b < 10#$a)); then
-        _hw_rt_fail "node list range $(_hw_rt_q "$r") counts down"
+        _hw_rt_fail 'node list range {range!r} counts down' range "$r"
         return 1
       fi
       firsts+=("$((10#$a))") lasts+=("$((10#$b))") widths+=("${#a}")
@@ -234,13 +277,13 @@ _hw_rt_items() {
   local mode=$1 text=$2 p open=0 opens='\[[^]]*$'
   local pieces=() held=()
   if [ "${#text}" -gt "$HW_RT_MAX_TEXT" ]; then
-    _hw_rt_fail "host list of ${#text} characters is longer than the $HW_RT_MAX_TEXT allowed"
+    _hw_rt_fail 'host list of {n} characters is longer than the {max} allowed' n "${#text}" max "$HW_RT_MAX_TEXT"
     return 1
   fi
   # a brace list (n{1,2}, as bash expands it) would be split at its comma into names that
   # are not valid (n{1): say what is not supported instead
   if [ "$mode" = list ] && [[ $text == *'{'* && $text =~ [{][^{}]*[,$_HW_RT_BLANKS][^{}]*[}] ]]; then
-    _hw_rt_fail "the brace list ${BASH_REMATCH[0]} is not supported: write the names out (n1,n2), or give a range (n{1..2}, n[1-2]) or a bracket list (n[1,2])"
+    _hw_rt_fail 'the brace list {braces} is not supported: write the names out (n1,n2), or give a range (n{{1..2}}, n[1-2]) or a bracket list (n[1,2])' braces "${BASH_REMATCH[0]}"
     return 1
   fi
   if [ "$mode" = list ]; then text=${text//[$_HW_RT_BLANKS]/,}; fi
@@ -274,9 +317,9 @@ _hw_rt_item() {
   fi
 }
 
-# A refusal of SOURCE's value names SOURCE.
+# A refusal of SOURCE's value names SOURCE (in HW_RT_ERROR_WHERE too: '{source}: {error}').
 _hw_rt_named() {
-  [[ $HW_RT_ERROR == "$1"* ]] || HW_RT_ERROR="$1: $HW_RT_ERROR"
+  if [[ $HW_RT_ERROR != "$1"* ]]; then HW_RT_ERROR="$1: $HW_RT_ERROR" HW_RT_ERROR_WHERE=$1; fi
   return 1
 }
 
@@ -293,23 +336,24 @@ _hw_rt_valid() {
 _hw_rt_checked() {
   local source=$1 n first
   local -A seen=()
-  if [ "${#_hw_rt_out[@]}" -eq 0 ]; then _hw_rt_fail "$source names no hosts"; return 1; fi
+  if [ "${#_hw_rt_out[@]}" -eq 0 ]; then _hw_rt_fail '{source} names no hosts' source "$source"; return 1; fi
   if [ "${#_hw_rt_out[@]}" -gt "$HW_RT_MAX_HOSTS" ]; then
-    _hw_rt_fail "$source names more than $HW_RT_MAX_HOSTS hosts"
+    _hw_rt_fail '{source} names more than {max} hosts' source "$source" max "$HW_RT_MAX_HOSTS"
     return 1
   fi
   for n in "${_hw_rt_out[@]}"; do
     if ! _hw_rt_valid "$n"; then
-      _hw_rt_fail "$source: host name $(_hw_rt_q "$n") is not valid: use letters, digits, '-' and '.', no spaces or other characters"
+      _hw_rt_fail "host name {value!r} is not valid: use letters, digits, '-' and '.', no spaces or other characters" value "$n"
+      _hw_rt_named "$source"
       return 1
     fi
   done
   # host names do not tell case apart (DNS, /etc/hosts): node1 and NODE1 are one host
   for n in "${_hw_rt_out[@]}"; do
     first=${seen[${n,,}]:-}
-    if [ "$first" = "$n" ]; then _hw_rt_fail "$source names $n twice"; return 1; fi
+    if [ "$first" = "$n" ]; then _hw_rt_fail '{source} names {host} twice' source "$source" host "$n"; return 1; fi
     if [ -n "$first" ]; then
-      _hw_rt_fail "$source names $n twice: $first and $n are one host (host names do not tell case apart)"
+      _hw_rt_fail '{source} names {host} twice: {first} and {host} are one host (host names do not tell case apart)' source "$source" host "$n" first "$first"
       return 1
     fi
     seen[${n,,}]=$n
@@ -327,7 +371,7 @@ _hw_rt_checked() {
 _hw_rt_hostfile() {
   local path=$1 what=$2 source=$3 kind size line number=0 name f value where n
   local fields=() counts=() slots=()
-  if [ ! -e "$path" ]; then _hw_rt_fail "$what $path does not exist"; return 1; fi
+  if [ ! -e "$path" ]; then _hw_rt_fail '{what} {path} does not exist' what "$what" path "$path"; return 1; fi
   if [ ! -f "$path" ]; then
     kind='not a regular file'
     if [ -d "$path" ]; then kind='a directory'
@@ -335,16 +379,16 @@ _hw_rt_hostfile() {
     elif [ -c "$path" ]; then kind='a character device'
     elif [ -b "$path" ]; then kind='a block device'
     elif [ -S "$path" ]; then kind='a socket'; fi
-    _hw_rt_fail "$what $path is not a regular file ($kind)"
+    _hw_rt_fail '{what} {path} is not a regular file ({kind})' what "$what" path "$path" kind "$kind"
     return 1
   fi
-  if [ ! -r "$path" ]; then _hw_rt_fail "$what $path cannot be read: Permission denied"; return 1; fi
+  if [ ! -r "$path" ]; then _hw_rt_fail '{what} {path} cannot be read: {error}' what "$what" path "$path" error 'Permission denied'; return 1; fi
   size=$(stat -L -c %s -- "$path" 2>/dev/null) || size=0
-  if [ "$size" -gt "$HW_RT_HOSTFILE_LIMIT" ]; then _hw_rt_fail "$what $path is larger than 1 MiB"; return 1; fi
+  if [ "$size" -gt "$HW_RT_HOSTFILE_LIMIT" ]; then _hw_rt_fail '{what} {path} is larger than {limit}' what "$what" path "$path" limit '1 MiB'; return 1; fi
   # bash's read drops NUL bytes, joining the names on either side into one; a read that
   # stops at a NUL (status 0) finds one, with no other program.
   if IFS= read -r -d '' _ < "$path"; then
-    _hw_rt_fail "$what $path holds a NUL byte: a hostfile is text, one host a line"
+    _hw_rt_fail '{what} {path} holds a NUL byte: a hostfile is text, one host a line' what "$what" path "$path"
     return 1
   fi
   _hw_rt_out=()
@@ -369,7 +413,8 @@ _hw_rt_hostfile() {
       where=$1 value=$2
       shift 2
       if ! [[ $value =~ ^$_HW_RT_DIGIT{1,18}$ ]] || ((10#$value < 1 || 10#$value > HW_RT_MAX_SLOTS)); then
-        _hw_rt_fail "$source: line $number: the count in $(_hw_rt_q "$where") is not a number from 1 to $HW_RT_MAX_SLOTS"
+        _hw_rt_fail 'line {line}: the count in {field!r} is not a number from 1 to {max}' line "$number" field "$where" max "$HW_RT_MAX_SLOTS"
+        _hw_rt_named "$source"
         return 1
       fi
       n=$((10#$value))
@@ -377,7 +422,8 @@ _hw_rt_hostfile() {
     _hw_rt_out+=("$name")
     slots+=("$n")
     if [ "${#_hw_rt_out[@]}" -gt "$HW_RT_MAX_HOSTS" ]; then
-      _hw_rt_fail "$source: line $number: more than $HW_RT_MAX_HOSTS hosts"
+      _hw_rt_fail 'line {line}: more than {max} hosts' line "$number" max "$HW_RT_MAX_HOSTS"
+      _hw_rt_named "$source"
       return 1
     fi
   done < "$path"
@@ -452,7 +498,7 @@ _hw_rt_master_world() {
   if [ -n "$nnodes" ]; then cvar=PET_NNODES size=$nnodes; fi
   if [ -n "$size" ]; then
     if ! [[ $size =~ ^$_HW_RT_DIGIT{1,18}$ ]] || ((10#$size < 1)); then
-      _hw_rt_fail "$cvar $(_hw_rt_q "$size") is not a positive number"
+      _hw_rt_fail '{var} {value!r} is not a positive number' var "$cvar" value "$size"
       return 1
     fi
     n=$((10#$size))
@@ -465,7 +511,7 @@ _hw_rt_master_world() {
     else
       given=WORLD_SIZE missing=MASTER_ADDR
     fi
-    _hw_rt_fail "$given is set but $missing is not: together they name the job's hosts; set $missing too, or give the hosts with --hosts or HOSTS"
+    _hw_rt_fail "{given} is set but {missing} is not: together they name the job's hosts; set {missing} too, or give the hosts with --hosts or HOSTS" given "$given" missing "$missing"
     return 1
   fi
   if [ "$cvar" = WORLD_SIZE ]; then
@@ -476,7 +522,7 @@ _hw_rt_master_world() {
         auto|cpu|gpu|xpu) ;;
         *)
           if ! [[ $value =~ ^$_HW_RT_DIGIT{1,18}$ ]] || ((10#$value < 1)); then
-            _hw_rt_fail "$pvar $(_hw_rt_q "$value") is not a positive number"
+            _hw_rt_fail '{var} {value!r} is not a positive number' var "$pvar" value "$value"
             return 1
           fi
           per=$((10#$value)) ;;
@@ -485,12 +531,12 @@ _hw_rt_master_world() {
   fi
   source="$mvar and $cvar${pvar:+/$pvar}"
   if ((n % per)); then
-    _hw_rt_fail "$source: WORLD_SIZE $n is not a multiple of $pvar $per: set PET_NNODES, or give the hosts with --hosts or HOSTS"
+    _hw_rt_fail '{source}: WORLD_SIZE {size} is not a multiple of {var} {per}: set PET_NNODES, or give the hosts with --hosts or HOSTS' source "$source" size "$n" var "$pvar" per "$per"
     return 1
   fi
   n=$((n / per))
   if [ "$n" -gt "$HW_RT_MAX_HOSTS" ]; then
-    _hw_rt_fail "$source: $cvar${pvar:+/$pvar} $n is more than $HW_RT_MAX_HOSTS hosts"
+    _hw_rt_fail '{source}: {var} {n} is more than {max} hosts' source "$source" var "$cvar${pvar:+/$pvar}" n "$n" max "$HW_RT_MAX_HOSTS"
     return 1
   fi
   _hw_rt_out=("$master")
@@ -509,25 +555,28 @@ _hw_rt_master_world() {
   elif [ "$n" -eq 1 ]; then
     _hw_rt_out=("$master")
   else
-    _hw_rt_fail "$source: cannot tell the other $((n - 1)) host names from $mvar $(_hw_rt_q "$master"); give them with --hosts or HOSTS"
+    _hw_rt_fail '{source}: cannot tell the other {n} host names from {var} {master!r}; give them with --hosts or HOSTS' source "$source" n "$((n - 1))" var "$mvar" master "$master"
     return 1
   fi
   _hw_rt_checked "$source"
 }
 
-# hw_rt_discover [--hosts TEXT] [--hostfile PATH]: the job's hosts from the first source that
-# names any -> HW_RT_NAMES (in order), HW_RT_SLOTS (per host, when a hostfile said; else
-# empty), HW_RT_SOURCE (where, in words). None at all: status 0 and no names.
+# hw_rt_discover [--hosts TEXT [--label NAME]] [--hostfile PATH]: the job's hosts from the
+# first source that names any -> HW_RT_NAMES (in order), HW_RT_SLOTS (per host, when a
+# hostfile said; else empty), HW_RT_SOURCE (where, in words: NAME for TEXT, --hosts unless
+# told, as the wizard's field is "hosts"). None at all: status 0 and no names.
 hw_rt_discover() {
-  local hosts='' hostfile='' has_hosts=0 has_hostfile=0 v value
+  local hosts='' hostfile='' has_hosts=0 has_hostfile=0 v value label=--hosts
   HW_RT_NAMES=() HW_RT_SLOTS=() HW_RT_SOURCE='' HW_RT_ERROR='' _hw_rt_out=()
   while [ $# -gt 0 ]; do
     case $1 in
-      --hosts) [ $# -ge 2 ] || { _hw_rt_fail "--hosts needs a value"; return 1; }
+      --hosts) [ $# -ge 2 ] || { _hw_rt_fail '{option} needs a value' option --hosts; return 1; }
                hosts=$2 has_hosts=1; shift 2 ;;
-      --hostfile) [ $# -ge 2 ] || { _hw_rt_fail "--hostfile needs a value"; return 1; }
+      --hostfile) [ $# -ge 2 ] || { _hw_rt_fail '{option} needs a value' option --hostfile; return 1; }
                   hostfile=$2 has_hostfile=1; shift 2 ;;
-      *) _hw_rt_fail "hw_rt_discover: unknown option $1"; return 1 ;;
+      --label) [ $# -ge 2 ] || { _hw_rt_fail '{option} needs a value' option --label; return 1; }
+               label=$2; shift 2 ;;
+      *) _hw_rt_fail 'hw_rt_discover: unknown option {option}' option "$1"; return 1 ;;
     esac
   done
   if [ "$has_hosts" = 1 ] && [ "$has_hostfile" = 1 ]; then
@@ -535,8 +584,8 @@ hw_rt_discover() {
     return 1
   fi
   if [ "$has_hosts" = 1 ]; then
-    _hw_rt_items list "$hosts" || _hw_rt_named --hosts || return 1
-    _hw_rt_checked --hosts
+    _hw_rt_items list "$hosts" || _hw_rt_named "$label" || return 1
+    _hw_rt_checked "$label"
     return
   fi
   if [ "$has_hostfile" = 1 ]; then
@@ -550,15 +599,14 @@ hw_rt_discover() {
   fi
   # Open MPI 4's orte_default_hostfile (orte/runtime/orte_mca_params.c), Open MPI 5's
   # prte_default_hostfile (PRRTE 3.0 src/runtime/prte_mca_params.c), as each reads it
-  for v in HOSTFILE OMPI_MCA_orte_default_hostfile OMPI_MCA_prte_default_hostfile \
-           PRTE_MCA_prte_default_hostfile; do
+  for v in "${HW_RT_HOSTFILE_VARS[@]}"; do
     if ! _hw_rt_blank "${!v:-}"; then
       _hw_rt_strip value "${!v}"
       _hw_rt_hostfile "$value" "$v" "$v=$value"
       return
     fi
   done
-  for v in SLURM_JOB_NODELIST SLURM_NODELIST; do
+  for v in "${HW_RT_SLURM_VARS[@]}"; do
     if ! _hw_rt_blank "${!v:-}"; then _hw_rt_nodelist "$v"; return; fi
   done
   _hw_rt_volcano || return 1
@@ -578,7 +626,7 @@ hw_rt_rank() {
   if [ -z "${NODE_RANK:-}" ] && [ -n "${PET_NODE_RANK:-}" ]; then var=PET_NODE_RANK; fi
   if [ -n "${!var:-}" ]; then
     if ! [[ ${!var} =~ ^$_HW_RT_DIGIT{1,18}$ ]] || ((10#${!var} >= n)); then
-      _hw_rt_fail "$var=$(_hw_rt_q "${!var}") is not 0..$((n - 1))"
+      _hw_rt_fail '{var}={value!r} is not 0..{last}' var "$var" value "${!var}" last "$((n - 1))"
       return 2
     fi
     HW_RT_RANK=$((10#${!var}))
@@ -594,7 +642,7 @@ hw_rt_rank() {
     a=$(getent hosts "${names[i]}" 2>/dev/null | awk '{print $1; exit}') || a=''
     if [ -n "$a" ] && [[ $addrs == *" $a "* ]]; then HW_RT_RANK=$i; return 0; fi
   done
-  _hw_rt_fail "this instance ($(hostname 2>/dev/null || echo '?')) is none of the hosts${HW_RT_SOURCE:+ from $HW_RT_SOURCE}; set NODE_RANK"
+  _hw_rt_fail 'this instance ({host}) is none of the hosts{source}; set NODE_RANK' host "$(hostname 2>/dev/null || echo '?')" source "${HW_RT_SOURCE:+ from $HW_RT_SOURCE}"
   return 1
 }
 
@@ -602,9 +650,10 @@ hw_rt_rank() {
 _hw_rt_port_open() { timeout 2 bash -c ': </dev/tcp/"$1"/"$2"' _ "$1" "$2" 2>/dev/null; }
 
 # hw_rt_sshd PORT: an sshd listening on PORT; one already listening is used as it is, never
-# signalled. As root the system's (/run/sshd, host keys made when there are none), else the
-# user's own: sshd -f ~/.sshd_config (written by 'hpcwizard apply' as that user). Needs
-# ops.sh's _hw_say, _hw_is_sshd and _hw_sshd_pid (the launch script embeds them).
+# signalled. As root the system's, else the user's own: sshd -f ~/.sshd_config (written by
+# 'hpcwizard apply' as that user). ops.sh's _hw_sshd_exec starts it, as apply's hw_sshd
+# does; _hw_say, _hw_is_sshd and _hw_sshd_pid find one running (the launch script embeds
+# the four).
 hw_rt_sshd() {
   local port=$1 i pid pidfile=/run/sshd.pid config='' systemd=0 unit=ssh
   if [ "$(id -u)" -ne 0 ]; then
@@ -614,7 +663,7 @@ hw_rt_sshd() {
     pidfile=$(awk '$1 == "PidFile" {print $2; exit}' "$config" 2>/dev/null) || true
     pidfile=${pidfile:-$HOME/.ssh/sshd.pid}
   fi
-  : "$config" "$systemd" "$unit"  # read by _hw_sshd_pid
+  : "$config" "$systemd" "$unit"  # read by _hw_sshd_pid and _hw_sshd_exec
   if _hw_rt_port_open 127.0.0.1 "$port"; then
     if pid=$(_hw_sshd_pid 2>&1); then
       _hw_rt_log "sshd (pid $pid) already listens on port $port"
@@ -624,22 +673,19 @@ hw_rt_sshd() {
     fi
     return 0
   fi
-  if [ "$(id -u)" -eq 0 ]; then
-    install -d -m 0755 /run/sshd
-    if ! compgen -G '/etc/ssh/ssh_host_*_key' >/dev/null; then ssh-keygen -A; fi
-    /usr/sbin/sshd -p "$port"
+  if [ -z "$config" ]; then
+    _hw_sshd_exec -p "$port"  # the system's: on PORT, whatever the image's configuration says
+  elif [ ! -r "$config" ]; then
+    _hw_rt_fail "no {config}: run 'hpcwizard apply' as {user} first" config "$config" user "$(id -un)"
+    return 1
   else
-    if [ ! -r "$HOME/.sshd_config" ]; then
-      _hw_rt_fail "no $HOME/.sshd_config: run 'hpcwizard apply' as $(id -un) first"
-      return 1
-    fi
-    /usr/sbin/sshd -f "$HOME/.sshd_config"
+    _hw_sshd_exec
   fi
   for ((i = 0; i < 50; i++)); do
     if _hw_rt_port_open 127.0.0.1 "$port"; then _hw_rt_log "started sshd on port $port"; return 0; fi
     sleep 0.1
   done
-  _hw_rt_fail "sshd did not start listening on port $port"
+  _hw_rt_fail 'sshd did not start listening on port {port}' port "$port"
 }
 
 # hw_rt_wait HOST TRIES [PORT]: bounded retries with backoff (1, 2, 4, 8, 16, 16... seconds)
@@ -655,7 +701,7 @@ hw_rt_wait() {
     fi
     if [ "$try" -ge "$tries" ]; then
       _hw_rt_log "$h: $what not ready after $try tries"
-      _hw_rt_fail "$h: $what not ready after $try tries"
+      _hw_rt_fail '{host}: {what} not ready after {tries} tries' host "$h" what "$what" tries "$try"
       return 1
     fi
     _hw_rt_log "waiting for $h ($what), try $try of $tries, next in ${delay}s"
@@ -677,7 +723,7 @@ hw_rt_slots() {
   HW_RT_HOST_SLOTS=() HW_RT_NP='' HW_RT_ERROR=''
   if [ -n "$every" ]; then
     if ! [[ $every =~ ^$_HW_RT_DIGIT{1,18}$ ]] || ((10#$every < 1 || 10#$every > HW_RT_MAX_SLOTS)); then
-      _hw_rt_fail "SLOTS=$(_hw_rt_q "$every") is not a number from 1 to $HW_RT_MAX_SLOTS"
+      _hw_rt_fail 'SLOTS={value!r} is not a number from 1 to {max}' value "$every" max "$HW_RT_MAX_SLOTS"
       return 1
     fi
     every=$((10#$every))
@@ -688,7 +734,7 @@ hw_rt_slots() {
   done
   if [ -n "$np" ]; then
     if ! [[ $np =~ ^$_HW_RT_DIGIT{1,18}$ ]] || ((10#$np < 1 || 10#$np > HW_RT_MAX_HOSTS * HW_RT_MAX_SLOTS)); then
-      _hw_rt_fail "NP=$(_hw_rt_q "$np") is not a number from 1 to $((HW_RT_MAX_HOSTS * HW_RT_MAX_SLOTS))"
+      _hw_rt_fail 'NP={value!r} is not a number from 1 to {max}' value "$np" max "$((HW_RT_MAX_HOSTS * HW_RT_MAX_SLOTS))"
       return 1
     fi
     total=$((10#$np))
@@ -740,7 +786,7 @@ hw_rt_iface() {
          [[ $item != -* && $item != . && $item != .. ]]; then
       continue  # the kernel's IFNAMSIZ: at most 15 characters
     fi
-    _hw_rt_fail "$var=$(_hw_rt_q "$value") is not a list of interface names or subnets: give names such as eth0 or subnets such as 10.0.0.0/24, separated by commas"
+    _hw_rt_fail '{var}={value!r} is not a list of interface names or subnets: give names such as eth0 or subnets such as 10.0.0.0/24, separated by commas' var "$var" value "$value"
     return 1
   done
   HW_RT_VALUE=$value
@@ -755,7 +801,7 @@ hw_rt_address() {
   [ -n "$value" ] || return 0
   if ! _hw_rt_valid "$value" &&
      ! [[ ${#value} -le 45 && $value =~ ^[0123456789abcdefABCDEF:.]*:[0123456789abcdefABCDEF:.]*$ ]]; then
-    _hw_rt_fail "$var=$(_hw_rt_q "$value") is not a host name or an IP address: use letters, digits, '-' and '.', or an address such as 10.0.0.1"
+    _hw_rt_fail "{var}={value!r} is not a host name or an IP address: use letters, digits, '-' and '.', or an address such as 10.0.0.1" var "$var" value "$value"
     return 1
   fi
   HW_RT_VALUE=$value
@@ -769,7 +815,7 @@ hw_rt_port() {
   _hw_rt_strip value "$2"
   [ -n "$value" ] || return 0
   if ! [[ $value =~ ^$_HW_RT_DIGIT{1,5}$ ]] || ((10#$value < 1 || 10#$value > 65535)); then
-    _hw_rt_fail "$var=$(_hw_rt_q "$value") is not a TCP port: give a number from 1 to 65535"
+    _hw_rt_fail '{var}={value!r} is not a TCP port: give a number from 1 to 65535' var "$var" value "$value"
     return 1
   fi
   HW_RT_VALUE=$((10#$value))
@@ -812,22 +858,32 @@ hw_rt_roce_gid() {
 
 # hw_rt_answer discover|rank ARG...: the answers of hw_rt_discover or hw_rt_rank for a
 # program (wizard/runtime.py), each field ended by a NUL byte: discover: the source, the
-# number of names, the names, the number of slots, the slots; rank: the rank. A refusal: its
-# line on standard error and status 2; rank of none of the names: status 1, nothing printed.
+# number of names, the names, the number of slots, the slots; rank: the rank. A refusal:
+# status 2, its line on standard error, and on standard output as data: where (the source
+# it names, or empty), the template, then KEY VALUE pairs (_hw_rt_fail). Rank of none of
+# the names: status 1, nothing printed. variables: HW_RT_PLATFORM_VARS.
 # shellcheck disable=SC2317,SC2329  # called by wizard/runtime.py; the launch script has no use for it
 hw_rt_answer() {
   local what=$1 rc=0
   shift
   case $what in
     discover)
-      hw_rt_discover "$@" || { printf '%s\n' "$HW_RT_ERROR" >&2; return 2; }
+      hw_rt_discover "$@" || { _hw_rt_refusal; return 2; }
       printf '%s\0' "$HW_RT_SOURCE" "${#HW_RT_NAMES[@]}" ${HW_RT_NAMES[@]+"${HW_RT_NAMES[@]}"} \
         "${#HW_RT_SLOTS[@]}" ${HW_RT_SLOTS[@]+"${HW_RT_SLOTS[@]}"} ;;
     rank)
       hw_rt_rank "$@" || rc=$?
       if [ "$rc" = 1 ]; then return 1; fi
-      if [ "$rc" != 0 ]; then printf '%s\n' "$HW_RT_ERROR" >&2; return 2; fi
+      if [ "$rc" != 0 ]; then _hw_rt_refusal; return 2; fi
       printf '%s\0' "$HW_RT_RANK" ;;
-    *) printf 'hw_rt_answer: discover or rank, not %s\n' "$what" >&2; return 2 ;;
+    variables) printf '%s\0' "${HW_RT_PLATFORM_VARS[@]}" ;;
+    *) _hw_rt_fail 'hw_rt_answer: discover, rank or variables, not {what}' what "$what"
+       _hw_rt_refusal; return 2 ;;
   esac
+}
+
+# shellcheck disable=SC2317,SC2329  # hw_rt_answer's
+_hw_rt_refusal() {
+  printf '%s\n' "$HW_RT_ERROR" >&2
+  printf '%s\0' "$HW_RT_ERROR_WHERE" "${HW_RT_ERROR_ARGS[@]}"
 }

@@ -17,17 +17,33 @@ import threading
 import time
 from importlib import resources as _resources
 from pathlib import Path
-from typing import Any, Callable, ContextManager, List, Optional
+from typing import (TYPE_CHECKING, Any, Callable, ContextManager, Dict, List, MutableMapping,
+                    Optional, Union)
 
 from textual import work
 from textual.app import App
 from textual.binding import Binding
 
+from hpcwizard.exit_codes import EXIT_OK
 from hpcwizard.i18n import _, get_language, set_language
 
 from .messages import DetectFailed, FactsReady, RunEnded, RunEvents, VerifyChecked, VerifyEnded
 from .system import SystemScreen
 from .widgets import ConfirmScreen, KeysScreen, WizardScreen, keys_of, translate_bindings
+
+if TYPE_CHECKING:
+    from hpcwizard.apply import Runner
+    from hpcwizard.catalog import Catalog
+    from hpcwizard.facts import Facts
+    from hpcwizard.hosts import Hosts
+    from hpcwizard.plan import Plan
+    from hpcwizard.record import Record
+    from hpcwizard.session import Session
+    from hpcwizard.verify import System
+
+    from .done import DoneScreen
+    from .early_frame import EarlyFrame
+    from .run import RunScreen
 
 FLUSH_SECONDS = 0.05  # output lines reach the UI at most this late, in one message
 FLUSH_ITEMS = 500  # or as soon as this many events are waiting
@@ -37,7 +53,7 @@ class BatchingSink:
     """The apply sink for the TUI: events wait in a list and leave as one RunEvents message
     every FLUSH_SECONDS (or FLUSH_ITEMS), in order. Never one message per line."""
 
-    def __init__(self, post: Callable[[Any], Any], interval: float = FLUSH_SECONDS,
+    def __init__(self, post: Callable[[RunEvents], object], interval: float = FLUSH_SECONDS,
                  max_items: int = FLUSH_ITEMS) -> None:
         self._post = post
         self._interval = interval
@@ -82,7 +98,7 @@ class StoppableRunner:
 
     GRACE = 5.0
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Runner) -> None:
         self.inner = inner
         self.stopping = threading.Event()
 
@@ -146,13 +162,15 @@ class WizardApp(App[int]):
         Binding("ctrl+q", "quit_app", "Quit", show=False, priority=True),
     ]
 
-    def __init__(self, *, facts: Any = None, detect: Optional[Callable[[], Any]] = None,
-                 runner: Any = None, catalog: Any = None, state_dir: Optional[Path] = None,
+    def __init__(self, *, facts: Optional[Facts] = None,
+                 detect: Optional[Callable[[], Facts]] = None,
+                 runner: Union[Runner, Callable[[Plan], Runner], None] = None,
+                 catalog: Optional[Catalog] = None, state_dir: Optional[Path] = None,
                  clock: Callable[[], float] = time.monotonic,
                  sudo: Optional[Callable[[], bool]] = None,
                  sudo_bash: Optional[Callable[[], bool]] = None,
                  lock: Optional[Callable[..., ContextManager[Any]]] = None,
-                 record_name: str = "", verify_system: Any = None) -> None:
+                 record_name: str = "", verify_system: Optional[System] = None) -> None:
         super().__init__()
         self.facts = facts
         self.catalog = catalog
@@ -164,19 +182,19 @@ class WizardApp(App[int]):
         self._sudo_bash = sudo_bash
         self._lock = lock
         self._record_name = record_name
-        self.plan: Any = None
-        self.session: Any = None  # hpcwizard.session.Session of the run, once started
+        self.plan: Optional[Plan] = None
+        self.session: Optional[Session] = None  # the run's, once started
         self.run_status: Optional[str] = None
         self.running = False
         self.system_screen: Optional[SystemScreen] = None
-        self.run_screen: Any = None
+        self.run_screen: Optional[RunScreen] = None
         self.stoppable: Optional[StoppableRunner] = None
         self._verify_system = verify_system
-        self.verifying: Any = None  # the System of the verification in flight
+        self.verifying: Optional[System] = None  # the verification in flight
         self.verify_stopped = False  # it was stopped (quit): what it found is not kept
         self.verify_ok: Optional[bool] = None  # the last verification's outcome
         self.verify_started = 0.0
-        self.done_screen: Any = None
+        self.done_screen: Optional[DoneScreen] = None
 
     # --- start and detection ----------------------------------------------------------------
 
@@ -211,7 +229,7 @@ class WizardApp(App[int]):
         self.post_message(FactsReady(facts, loaded))
 
     @staticmethod
-    def _load_catalog() -> Any:
+    def _load_catalog() -> Catalog:
         from hpcwizard.catalog import load_catalog
 
         return load_catalog()
@@ -233,7 +251,7 @@ class WizardApp(App[int]):
 
         self.push_screen(ChooseScreen())
 
-    def _build(self, **raw: Any) -> Any:
+    def _build(self, **raw: Any) -> Plan:
         """make_choices and build_plan: BadInput goes back to the screen that asked."""
         from hpcwizard.choices import make_choices
         from hpcwizard.plan import build_plan
@@ -262,7 +280,7 @@ class WizardApp(App[int]):
         self.plan = self._build(**dict(self.plan.choices.to_dict(), mode=mode))
         self.push_screen(ReviewScreen(self.plan))
 
-    def runner_for(self, plan: Any) -> Any:
+    def runner_for(self, plan: Plan) -> Runner:
         if self._runner is None:
             from hpcwizard.apply import ShellRunner
 
@@ -281,10 +299,10 @@ class WizardApp(App[int]):
         return ok
 
     @property
-    def record(self) -> Any:
+    def record(self) -> Optional[Record]:
         return self.session.record if self.session is not None else None
 
-    def start_run(self, plan: Any) -> None:
+    def start_run(self, plan: Plan) -> None:
         """The session's order, as on the command line: its checks and sudo once (before the
         run, never inside it), the lock, a new record, then the worker."""
         from hpcwizard.session import Session, sudo_once
@@ -328,7 +346,7 @@ class WizardApp(App[int]):
         self.apply_worker(action, self.session)
 
     @work(thread=True, exit_on_error=False, group="apply")
-    def apply_worker(self, action: str, session: Any) -> None:
+    def apply_worker(self, action: str, session: Session) -> None:
         status, error = "error", ""
         try:
             with BatchingSink(self.post_message) as sink:
@@ -364,7 +382,7 @@ class WizardApp(App[int]):
 
     # --- verification (the Done screen) ----------------------------------------------------------
 
-    def start_verify(self, hosts: Any) -> bool:
+    def start_verify(self, hosts: Optional[Hosts]) -> bool:
         """hpcwizard.verify.verify for the plan, here and across hosts (None: here only), in
         a worker; the checks reach the Done screen as they finish. False if one is running."""
         if self.verifying is not None or self.plan is None:
@@ -377,7 +395,8 @@ class WizardApp(App[int]):
         return True
 
     @work(thread=True, exit_on_error=False, group="verify")
-    def verify_worker(self, plan: Any, facts: Any, hosts: Any, system: Any) -> None:
+    def verify_worker(self, plan: Plan, facts: Facts, hosts: Optional[Hosts],
+                      system: System) -> None:
         from hpcwizard.verify import verify
 
         report, error = None, ""
@@ -417,7 +436,7 @@ class WizardApp(App[int]):
             self.verifying.stop()  # ssh and mpirun would hold the exit until their time-outs
         if self.session is not None:
             self.session.release()
-        code = 0 if self.session is None else self.session.exit_code(self.verify_ok)
+        code = EXIT_OK if self.session is None else self.session.exit_code(self.verify_ok)
         self.exit(code, return_code=code)
 
     # --- keys everywhere ----------------------------------------------------------------------
@@ -490,14 +509,14 @@ class WizardApp(App[int]):
                 await screen.refresh_language()
         self.refresh_bindings()
 
-    def _plans_in_this_language(self) -> Callable[[Any], Any]:
+    def _plans_in_this_language(self) -> Callable[[Plan], Plan]:
         """plan -> the same choices built again; a plan shared by screens stays shared."""
         from hpcwizard.plan import build_plan
         from hpcwizard.validate import BadInput
 
-        built: dict = {}
+        built: Dict[int, Plan] = {}
 
-        def again(plan: Any) -> Any:
+        def again(plan: Plan) -> Plan:
             if id(plan) not in built:
                 try:
                     built[id(plan)] = build_plan(self.facts, plan.choices, self.catalog)
@@ -508,7 +527,7 @@ class WizardApp(App[int]):
         return again
 
 
-def load_facts_file(path: str) -> Any:
+def load_facts_file(path: str) -> Facts:
     from hpcwizard.facts import Facts
     from hpcwizard.inputs import SMALL_FILE_LIMIT, read_text
     from hpcwizard.validate import BadInput
@@ -529,13 +548,13 @@ def load_facts_file(path: str) -> Any:
 FIXED_SIZE_VARS = ("COLUMNS", "LINES")
 
 
-def forget_fixed_size(environ: Any = os.environ) -> None:
+def forget_fixed_size(environ: MutableMapping[str, str] = os.environ) -> None:
     """The terminal's live size from here on: what the window is now, at every resize."""
     for var in FIXED_SIZE_VARS:
         environ.pop(var, None)
 
 
-def run_tui(frame: Any = None) -> int:
+def run_tui(frame: Optional[EarlyFrame] = None) -> int:
     """Start the wizard on this terminal; returns the exit status: 0 done (and verified, if
     verified) or nothing run; 1 a step failed or was skipped, or the verification failed;
     130 interrupted. frame: the EarlyFrame on the terminal, handed over to Textual here."""

@@ -3,7 +3,7 @@ value is checked as it is typed with the same functions the CLI uses (hpcwizard.
 and the whole with make_choices and build_plan; a refusal shows at its field."""
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Optional, Tuple
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -14,6 +14,9 @@ from hpcwizard import vocab
 from hpcwizard.i18n import N_, _
 
 from .widgets import CoreCheck, WizardScreen
+
+if TYPE_CHECKING:
+    from hpcwizard.facts import Facts
 
 
 def _user(value: str) -> None:
@@ -39,7 +42,7 @@ EVERY_HOST = N_("* is every host: every ssh of the job's user gets these setting
                 "ssh too. Name the instances, e.g. job-worker-*")
 
 
-def derived_peers(facts: Any) -> Tuple[str, str, bool]:
+def derived_peers(facts: Facts) -> Tuple[str, str, bool]:
     """What the Instances field starts with, what its hint says, and whether that is a
     warning: the job's hosts as the platform names them (hpcwizard.peers), or the refusal
     of a platform variable that cannot be read, at the field it is about."""
@@ -60,7 +63,7 @@ def derived_peers(facts: Any) -> Tuple[str, str, bool]:
         source=peers.source), False
 
 
-def ib_unavailable(facts: Any) -> str:
+def ib_unavailable(facts: Facts) -> str:
     """Why InfiniBand cannot be chosen here, or "" when a port is active."""
     if facts is None or facts.active_ports:
         return ""

@@ -2,15 +2,20 @@
 post one of these to the App, which keeps the state and tells the screen on top."""
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, Optional, Sequence, Tuple
 
 from textual.message import Message
+
+if TYPE_CHECKING:
+    from hpcwizard.catalog import Catalog
+    from hpcwizard.facts import Facts
+    from hpcwizard.verify import Check, Report
 
 
 class FactsReady(Message):
     """Detection finished (in a worker); the catalog is loaded too."""
 
-    def __init__(self, facts: Any, catalog: Any) -> None:
+    def __init__(self, facts: Facts, catalog: Catalog) -> None:
         super().__init__()
         self.facts = facts
         self.catalog = catalog
@@ -63,7 +68,7 @@ class RunEnded(Message):
 class VerifyChecked(Message):
     """One verification check finished (from the verify worker's threads, in any order)."""
 
-    def __init__(self, check: Any) -> None:
+    def __init__(self, check: Check) -> None:
         super().__init__()
         self.check = check
 
@@ -71,7 +76,7 @@ class VerifyChecked(Message):
 class VerifyEnded(Message):
     """The verify worker returned: its Report (checks in order), or None and an error."""
 
-    def __init__(self, report: Any, error: str = "") -> None:
+    def __init__(self, report: Optional[Report], error: str = "") -> None:
         super().__init__()
         self.report = report
         self.error = error

@@ -1,7 +1,7 @@
 """Recommend: the preset image or configuring here, with the plan's reasons; the user picks."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -13,6 +13,9 @@ from hpcwizard import vocab
 from hpcwizard.i18n import N_, _, field
 
 from .widgets import WizardScreen, bullet_text
+
+if TYPE_CHECKING:
+    from hpcwizard.plan import Plan
 
 
 class RecommendScreen(WizardScreen):
@@ -28,7 +31,7 @@ class RecommendScreen(WizardScreen):
 
     SUB_TITLE = N_("3/6 Recommend")
 
-    def __init__(self, plan: Any) -> None:
+    def __init__(self, plan: Plan) -> None:
         super().__init__()
         self.plan = plan
 

@@ -2,7 +2,7 @@
 note of each. The checks run through the Runner in a worker; nothing changes here."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from rich.console import Group
 from rich.syntax import Syntax
@@ -20,10 +20,13 @@ from hpcwizard.report import file_diffs
 
 from .widgets import ExportScreen, WizardScreen
 
+if TYPE_CHECKING:
+    from hpcwizard.plan import Plan, Step
+
 MARK = {None: ("…", "dim"), True: ("✓", "green"), False: ("•", "yellow")}
 
 
-def step_prompt(n: int, total: int, step: Any, done: Optional[bool], checked: bool) -> Text:
+def step_prompt(n: int, total: int, step: Step, done: Optional[bool], checked: bool) -> Text:
     mark, style = MARK[done] if checked else ("…", "dim")
     text = Text()
     text.append(f"{mark} ", style=style)
@@ -44,7 +47,7 @@ def _diff(text: str) -> Syntax:
                   background_color="default")
 
 
-def step_detail(step: Any, target_user: str, diff: str = "") -> Group:
+def step_detail(step: Step, target_user: str, diff: str = "") -> Group:
     """A step as a person reviews it: its one call (a shell step: its commands, check and
     undo), the diff it would make to the files as they are now, its note."""
     who = "root" if step.as_ == "root" else target_user
@@ -82,7 +85,7 @@ class ReviewScreen(WizardScreen):
 
     SUB_TITLE = N_("4/6 Review")
 
-    def __init__(self, plan: Any) -> None:
+    def __init__(self, plan: Plan) -> None:
         super().__init__()
         self.plan = plan
         self.done: List[Optional[bool]] = [None] * len(plan.steps)

@@ -3,7 +3,7 @@ running step. The worker is the App's; this screen only draws the events it is h
 On failure: the diagnosis, and Retry / Skip / Undo / Quit."""
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -15,6 +15,11 @@ from hpcwizard.i18n import N_, _, field
 from hpcwizard.report import earlier_lines, status_word
 
 from .widgets import WizardScreen, translate_bindings
+
+if TYPE_CHECKING:
+    from hpcwizard.diagnose import Diagnosis
+    from hpcwizard.plan import Plan
+    from hpcwizard.record import Record
 
 STATUS = {
     "pending": ("·", "dim", ""),
@@ -51,7 +56,7 @@ class RunScreen(WizardScreen):
 
     SUB_TITLE = N_("5/6 Run")
 
-    def __init__(self, plan: Any, record: Any) -> None:
+    def __init__(self, plan: Plan, record: Record) -> None:
         super().__init__()
         self.plan = plan
         self.record = record
@@ -61,7 +66,7 @@ class RunScreen(WizardScreen):
         self.state = "running"  # running | failed | finished | undoing | undone | error
         self.action_name = "apply"
         self.failed_index: Optional[int] = None
-        self.diagnoses: Sequence[Any] = ()
+        self.diagnoses: Sequence[Diagnosis] = ()
         self.started = self.app.clock()
         self.ended: Optional[float] = None
 

@@ -2,7 +2,7 @@
 detection worker (FactsReady) and fill it in."""
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 from rich.table import Table
 from rich.text import Text
@@ -16,6 +16,9 @@ from hpcwizard.i18n import N_, _, ljust
 
 from .early_frame import DETECTING, STEP
 from .widgets import WizardScreen
+
+if TYPE_CHECKING:
+    from hpcwizard.facts import Facts
 
 SUDO = {
     "root": (N_("root: can change the system"), "green"),
@@ -35,7 +38,7 @@ def _mem(mib: Optional[int]) -> str:
     return f"{mib / 1024:.1f} GiB" if mib >= 1024 else f"{mib} MiB"
 
 
-def facts_table(facts: Any) -> Table:
+def facts_table(facts: Facts) -> Table:
     """The facts as two columns; colour only where it means something."""
     o, u, r, rd = facts.os, facts.user, facts.runtime, facts.rdma
     t = Table.grid(padding=(0, 1), expand=True)
@@ -106,7 +109,7 @@ def facts_table(facts: Any) -> Table:
     return t
 
 
-def installed_text(facts: Any) -> Text:
+def installed_text(facts: Facts) -> Text:
     s = facts.software
     text = Text()
 
@@ -126,7 +129,7 @@ def installed_text(facts: Any) -> Text:
     return text
 
 
-def warnings_text(facts: Any) -> Text:
+def warnings_text(facts: Facts) -> Text:
     text = Text()
     for w in facts.warnings:
         text.append("! ", style="bold red")
@@ -176,7 +179,7 @@ class SystemScreen(WizardScreen):
         if facts is not None:
             self.show_facts(facts)
 
-    def show_facts(self, facts: Any) -> None:
+    def show_facts(self, facts: Facts) -> None:
         self.ready = True
         self.query_one("#system-loading").display = False
         self.query_one("#system-status", Static).update(

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.dom import DOMNode
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.validation import ValidationResult, Validator
@@ -17,6 +18,9 @@ from textual.widgets import Button, Footer, Header, Input, Label, RadioButton, R
 
 from hpcwizard.i18n import N_, _, get_language, width
 from hpcwizard.vocab import EXPORT_FILE_NAMES
+
+if TYPE_CHECKING:
+    from hpcwizard.plan import Plan
 
 # Short: the eight sit three to a row in 80 columns (wizard.tcss, #export-format)
 FORMAT_LABELS = {"setup": N_("Setup script"), "dockerfile": N_("Dockerfile"),
@@ -35,7 +39,7 @@ WROTE = {"setup": N_("Wrote setup script {path}"), "dockerfile": N_("Wrote docke
 DEFAULT_PATHS = {fmt: f"./{name}" for fmt, name in EXPORT_FILE_NAMES.items()}
 
 
-def translate_bindings(node: Any) -> None:
+def translate_bindings(node: DOMNode) -> None:
     """The key descriptions of node (a screen, the app) in the chosen language. The class's
     BINDINGS keep the English msgid; the node's own copy gets the translation."""
     english = {}
@@ -229,7 +233,7 @@ class ExportPanel(Vertical):
             self.path = path
             self.fmt = fmt
 
-    def __init__(self, plan: Any, default: str = "", id: Optional[str] = None,
+    def __init__(self, plan: Plan, default: str = "", id: Optional[str] = None,
                  path: str = "") -> None:
         """path: the file name to start with (what the user had typed, drawn again after
         F2); empty: the format's default."""
@@ -338,7 +342,7 @@ class ExportScreen(ModalScreen[None]):
 
     BINDINGS = [Binding("escape", "dismiss", "Close")]
 
-    def __init__(self, plan: Any) -> None:
+    def __init__(self, plan: Plan) -> None:
         super().__init__()
         self.plan = plan
 

@@ -24,12 +24,11 @@ def _english(monkeypatch):
 def _no_platform_hosts(monkeypatch):
     import os
 
-    from hpcwizard.hosts import HOSTFILE_VARS, SLURM_VARS
+    from hpcwizard.runtime import platform_variables
 
-    # Kubeflow's (PyTorchJob, TrainJob) too: a test run inside such a pod must not see its job
-    for var in ("HOSTS", "HOSTFILE", "MASTER_ADDR", "WORLD_SIZE", "PET_MASTER_ADDR", "PET_NNODES",
-                "PET_NPROC_PER_NODE", "NPROC_PER_NODE", "PET_NODE_RANK", "NODE_RANK",
-                *HOSTFILE_VARS, *SLURM_VARS):
+    # every variable recipes/runtime.sh reads hosts or the rank from (Kubeflow's too): a test
+    # run inside such a pod must not see its job; NPROC_PER_NODE is the launch's own setting
+    for var in (*platform_variables(), "NPROC_PER_NODE"):
         monkeypatch.delenv(var, raising=False)
     for var in [v for v in os.environ if v.startswith("VC_") and v.endswith("_HOSTS")]:
         monkeypatch.delenv(var)

@@ -361,8 +361,7 @@ def test_parse_if_inet6():
     "fd00::2", "1:2:3:4:5:6:7:8", "::ffff:10.0.0.5", "::10.0.0.5", "::ffff:0:1.2.3.4",
     "64:ff9b::1.2.3.4", "2001:db8:85a3::8a2e:370:7334", "0:0:1::"])
 def test_if_inet6_addresses_are_written_as_ipaddress_writes_them(address):
-    """inet_ntop stands in for ipaddress, and agrees with it, the IPv4-tailed forms included
-    (which inet_ntop writes in dots: those go through ipaddress)."""
+    """The IPv4-tailed forms included."""
     import ipaddress
 
     packed = ipaddress.IPv6Address(address).packed

@@ -56,7 +56,7 @@ def ssh_matches(patterns: str, host: str) -> bool:
     ({"MASTER_ADDR": "solo", "WORLD_SIZE": "1"}, "solo", "MASTER_ADDR and WORLD_SIZE, 1 host"),
 ])
 def test_the_platforms_hosts_make_the_pattern(env, pattern, source):
-    from hpcwizard.hosts import from_environment
+    from hpcwizard.runtime import from_environment
 
     peers = default_peers(env, "unrelated-name-9")
     assert peers.pattern == pattern

@@ -1,6 +1,7 @@
-"""The instance runtime (recipes/runtime.sh through wizard/runtime.py) and the wizard's
-hosts field (wizard/hosts.py) give the answers of one table, tests/fixtures/host-inputs.toml;
-rank, the hostfile, and that the launch script carries this very library."""
+"""The instance runtime (recipes/runtime.sh through wizard/runtime.py), the one host grammar,
+gives the answers of one table, tests/fixtures/host-inputs.toml, to the launch and verify
+(discover) and to the wizard's hosts field (hosts_from_text); its refusals in the user's
+language; rank, the hostfile, and that the launch script carries this very library."""
 from __future__ import annotations
 
 import re
@@ -11,8 +12,8 @@ from typing import Any, Dict, Optional
 
 import pytest
 
-from hpcwizard import hosts as wizard_hosts
-from hpcwizard import runtime
+from hpcwizard import i18n, runtime
+from hpcwizard.hosts import Hosts
 from hpcwizard.validate import BadInput
 
 try:
@@ -40,7 +41,7 @@ def _inputs(case: Dict[str, Any], tmp_path: Path) -> Dict[str, Any]:
     return {"hosts": hosts, "hostfile": hostfile, "env": env, "pwned": Path(pwned)}
 
 
-def _check(case: Dict[str, Any], got: Optional[wizard_hosts.Hosts], error: str) -> None:
+def _check(case: Dict[str, Any], got: Optional[Hosts], error: str) -> None:
     if "error" in case:
         assert error, f"accepted: {got}"
         assert re.search(case["error"], error), error
@@ -78,18 +79,87 @@ def test_the_library_gives_the_tables_answer(case, tmp_path):
     assert not given["pwned"].exists()
 
 
-PYTHON_CASES = [c for c in CASES if "hostfile" not in c or "hostfile_var" in c]
+FIELD_CASES = [c for c in CASES if "hosts" in c and "hostfile" not in c]
 
 
-@pytest.mark.parametrize("case", PYTHON_CASES, ids=[c["name"] for c in PYTHON_CASES])
+@pytest.mark.parametrize("case", FIELD_CASES, ids=[c["name"] for c in FIELD_CASES])
 def test_the_wizards_hosts_field_gives_the_tables_answer(case, tmp_path):
+    """The field's call, under the field's name; the platform's variables play no part."""
     given = _inputs(case, tmp_path)
-    if given["hosts"] is not None:
-        got, error = _ask(wizard_hosts.hosts_from_text, given["hosts"], "--hosts")
-    else:
-        got, error = _ask(wizard_hosts.from_environment, given["env"])
+    got, error = _ask(runtime.hosts_from_text, given["hosts"], "--hosts")
     _check(case, got, error)
     assert not given["pwned"].exists()
+
+
+ENV_CASES = [c for c in CASES if "hosts" not in c and ("hostfile" not in c or "hostfile_var" in c)]
+
+
+@pytest.mark.parametrize("case", ENV_CASES, ids=[c["name"] for c in ENV_CASES])
+def test_the_ssh_clients_hosts_give_the_tables_answer(case, tmp_path):
+    """from_environment (the SSH client's Host patterns, at every plan), which skips bash
+    when no platform variable is set, answers as the library."""
+    given = _inputs(case, tmp_path)
+    got, error = _ask(runtime.from_environment, given["env"])
+    _check(case, got, error)
+    assert not given["pwned"].exists()
+
+
+def test_the_field_names_itself_in_refusals_and_answers():
+    assert runtime.hosts_from_text("n[1-2]", "hosts") == Hosts(("n1", "n2"), "hosts")
+    with pytest.raises(BadInput, match="^hosts: host name 'a;b' is not valid"):
+        runtime.hosts_from_text("a;b", "hosts")
+    with pytest.raises(BadInput, match="^hosts names no hosts$"):
+        runtime.hosts_from_text(" ", "hosts")
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: runtime.hosts_from_text("n{3..1}", "--hosts"),
+     "--hosts：主机模式 'n{3..1}'：范围"),
+    (lambda: runtime.hosts_from_text("a,A", "--hosts"), "是同一台主机"),
+    (lambda: runtime.from_environment({"HOSTFILE": "/"}),
+     "HOSTFILE / 不是普通文件（是目录）"),
+    (lambda: runtime.from_environment({"SLURM_NODELIST": "n[1-"}), "SLURM_NODELIST："),
+    (lambda: runtime.rank_of(["a", "b"], {"NODE_RANK": "7"}), "NODE_RANK='7' 不在 0..1 之内"),
+])
+def test_refusals_are_said_in_the_users_language(call, words):
+    """The library's refusal comes back as data (template and values), said with _()."""
+    i18n.set_language("zh_CN")
+    with pytest.raises(BadInput) as info:
+        call()
+    assert words in str(info.value) and "\n" not in str(info.value), str(info.value)
+
+
+def test_every_refusal_of_the_library_is_in_the_catalogue():
+    """_hw_rt_fail's templates in the host sources and rank are runtime.MESSAGES (marked
+    for translation), so no refusal a user sees stays English by oversight."""
+    lib = runtime.library()
+    templates = set(re.findall(r"""_hw_rt_fail (?:'([^']*)'|"([^"]*)")""", lib))
+    said = {a or b for a, b in templates}
+    internal = {"{option} needs a value", "hw_rt_discover: unknown option {option}",
+                "hw_rt_answer: discover, rank or variables, not {what}",
+                "this instance ({host}) is none of the hosts{source}; set NODE_RANK",
+                "no {config}: run 'hpcwizard apply' as {user} first",
+                "sshd did not start listening on port {port}",
+                "{host}: {what} not ready after {tries} tries",
+                "SLOTS={value!r} is not a number from 1 to {max}",
+                "NP={value!r} is not a number from 1 to {max}",
+                # the launch script's alone, as SLOTS and NP
+                "{var}={value!r} is not a list of interface names or subnets: give names such "
+                "as eth0 or subnets such as 10.0.0.0/24, separated by commas",
+                "{var}={value!r} is not a host name or an IP address: use letters, digits, "
+                "'-' and '.', or an address such as 10.0.0.1",
+                "{var}={value!r} is not a TCP port: give a number from 1 to 65535"}
+    assert said - internal == set(runtime.MESSAGES)
+
+
+def test_the_platforms_variables_are_the_librarys_list():
+    """conftest.py clears these for every test: one list, the library's."""
+    got = runtime.platform_variables()
+    assert {"HOSTS", "HOSTFILE", "SLURM_JOB_NODELIST", "MASTER_ADDR", "PET_NNODES",
+            "NODE_RANK", "PRTE_MCA_prte_default_hostfile"} <= set(got)
+    lib = runtime.library()
+    for var in got:  # each is read by the library (a list of names it does not read is none)
+        assert lib.count(var) >= 2, var
 
 
 def test_the_table_holds_the_disagreements_of_issue_16():

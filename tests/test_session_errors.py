@@ -10,9 +10,10 @@ import pytest
 from _tui_fixtures import FakeRunner, bare_container
 from hpcwizard.catalog import load_catalog
 from hpcwizard.choices import make_choices
+from hpcwizard.exit_codes import EXIT_FAILED
 from hpcwizard.plan import build_plan
 from hpcwizard.record import Record
-from hpcwizard.session import EXIT_FAILED, Session
+from hpcwizard.session import Session
 
 
 @contextlib.contextmanager

@@ -261,6 +261,34 @@ async def test_the_exit_status_says_a_failed_verification(tmp_path, monkeypatch)
 
 
 @sync
+async def test_the_field_says_a_refusal_once_typing_pauses(tmp_path):
+    """The hosts field asks recipes/runtime.sh when typing pauses (not at every key): the
+    refusal appears under the field without enter, and nothing is verified."""
+    system = FakeSystem({})
+    app = make_app(tmp_path, verify_system=system)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await run_to_done(pilot)
+        done = app.screen
+        calls = len(system.calls)
+        hint = done.query_one("#verify-hint", Static)
+        await pilot.click("#verify-hosts")
+        await pilot.press(*"n{3..1}")
+        await wait_for(pilot, lambda: "counts down" in text_of(hint), what="the refusal")
+        assert str(hint.content.style) == "bold red"
+        assert done.check_timer is None and done.verify_state == "ended"
+        assert done.query_one("#verify-hosts", Input).has_class("-invalid")
+        await pilot.press("backspace", "backspace", *"2},n3")  # n{3..2},n3: its range, refused
+        await wait_for(pilot, lambda: "{3..2}" in text_of(hint), what="the new refusal")
+        field = done.query_one("#verify-hosts", Input)
+        field.value = "n{2..3}"  # readable now: the usual hint, the border no longer red
+        await wait_for(pilot, lambda: "counts down" not in text_of(hint)
+                       and done.check_timer is None, what="the check of the good list")
+        said, red = text_of(hint), field.has_class("-invalid")
+    assert len(system.calls) == calls
+    assert "empty: this instance only" in said and not red
+
+
+@sync
 async def test_the_hint_names_the_platform_only_for_its_hosts(tmp_path, monkeypatch):
     monkeypatch.setenv("SLURM_JOB_NODELIST", "node[1-2]")
     app = make_app(tmp_path, verify_system=FakeSystem({"node1": "ok", "node2": "ok"}))

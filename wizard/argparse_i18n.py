@@ -1,10 +1,8 @@
 """argparse's own messages in the language hpcwizard speaks. argparse translates through its
 module's `_` and `ngettext` (gettext's, on the 'argparse' domain, for which no catalogue is
 installed anywhere we run): while the CLI builds and parses, `translated()` points them at our
-catalogue, which carries argparse's msgids (ARGPARSE below, marked for the extractor).
-In English the msgid is the text argparse shows, and `translated()` hands it back as it is:
-gettext's own lookup of each message (locale.normalize, and a search of the locale
-directories for a catalogue that is never there) was 2.5 ms of every command line.
+catalogue, which carries argparse's msgids (ARGPARSE below, marked for the extractor). In
+English the msgid is the text argparse shows.
 
 The msgids are argparse's, as Python 3.9 to 3.13 write them (3.9 'optional arguments' became
 'options' in 3.10; 3.11 put 'argument %(argument_name)s: %(message)s' under gettext; 3.13
@@ -79,22 +77,12 @@ def _ngettext(singular: str, plural: str, n: int) -> str:
     return _gettext(singular if n == 1 else plural)
 
 
-def _english(message: str) -> str:
-    return message
-
-
-def _english_plural(singular: str, plural: str, n: int) -> str:
-    return singular if n == 1 else plural
-
-
 @contextmanager
 def translated() -> Iterator[None]:
     """argparse speaks the chosen language inside (building a parser: its -h line and group
     headings are made then; parsing: its errors, --help)."""
-    english = get_language() == "en"
     saved = argparse._, argparse.ngettext  # type: ignore[attr-defined]
-    argparse._, argparse.ngettext = (  # type: ignore[attr-defined]
-        (_english, _english_plural) if english else (_gettext, _ngettext))
+    argparse._, argparse.ngettext = _gettext, _ngettext  # type: ignore[attr-defined]
     try:
         yield
     finally:

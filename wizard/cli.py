@@ -8,14 +8,23 @@ import json
 import os
 import signal
 import sys
-from typing import Any, Iterable, List, Optional
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Tuple
 
 from . import SUPPORTED_PYTHON, __version__
+from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from .i18n import N_, _, field, set_language
 from .validate import BadInput
 
+if TYPE_CHECKING:
+    from .apply import Runner
+    from .catalog import Catalog
+    from .choices import Choices
+    from .facts import Facts
+    from .plan import Plan
+    from .record import Record
+
 LANGUAGES = ("en", "zh")
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class _Parser(argparse.ArgumentParser):
@@ -209,35 +218,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def run() -> None:
     """The process's entry (python -m hpcwizard, the hpcwizard script, the zipapp): main()
-    on sys.argv, then exit with its status. Python's teardown walks every object the run
-    made with the garbage collector, several times while it clears the modules: 12 ms of a
-    0.1 s `detect`, for memory the exit frees anyway. Frozen, they are left to the exit.
-    Finalizers still run (atexit, and every object freed by its reference count); only
-    objects in reference cycles are not visited, and hpcwizard closes its files in `with`.
-    A command that leaves nothing behind (detect) skips the teardown altogether."""
-    status = main()
-    import gc
-
-    gc.freeze()
-    if _leaves_nothing_behind:
-        _exit_at_once(status)
-    sys.exit(status)
-
-
-# Set by a command that leaves nothing for the interpreter's teardown to do: no file open for
-# writing, no atexit handler, no thread that must finish (detect: its output printed, its
-# programs reaped or killed). Its process then ends at once after flushing: the teardown
-# frees every object module by module, 3 ms of a 0.09 s `detect`.
-_leaves_nothing_behind = False
-
-
-def _exit_at_once(status: int) -> None:
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # the reader left, or the stream is closed
-            pass
-    os._exit(status)
+    on sys.argv, then exit with its status."""
+    sys.exit(main())
 
 
 def _lang_option(argv: List[str]) -> Optional[str]:
@@ -269,7 +251,7 @@ def _start_tui() -> int:
 
 # --- shared pieces ----------------------------------------------------------------------------
 
-def _facts(sysroot: str, mpi_components: bool = True) -> Any:
+def _facts(sysroot: str, mpi_components: bool = True) -> Facts:
     from .detect import detect
 
     if not os.path.isdir(sysroot):
@@ -277,7 +259,7 @@ def _facts(sysroot: str, mpi_components: bool = True) -> Any:
     return detect(sysroot=sysroot, mpi_components=mpi_components)
 
 
-def _choices(args: argparse.Namespace) -> Any:
+def _choices(args: argparse.Namespace) -> Choices:
     from .choices import make_choices
 
     # options that do not apply are refused, not ignored: only MPI gets SSH settings
@@ -299,7 +281,7 @@ def _choices(args: argparse.Namespace) -> Any:
                         ucx_url=args.ucx_url, ucx_sha256=args.ucx_sha256)
 
 
-def _plan(args: argparse.Namespace, choices: Any = None) -> "tuple[Any, Any]":
+def _plan(args: argparse.Namespace, choices: Optional[Choices] = None) -> Tuple[Facts, Plan]:
     from concurrent.futures import ThreadPoolExecutor
 
     choices = choices or _choices(args)  # validate before detecting: bad input costs nothing
@@ -318,7 +300,7 @@ def _plan(args: argparse.Namespace, choices: Any = None) -> "tuple[Any, Any]":
     return facts, build_plan(facts, choices, catalog)
 
 
-def _catalog() -> Any:
+def _catalog() -> Catalog:
     """The recipes; a broken one (an edited installation) is one line, not a traceback."""
     from .catalog import RecipeError, load_catalog
 
@@ -332,23 +314,13 @@ def _catalog() -> Any:
 # --- commands -------------------------------------------------------------------------------
 
 def cmd_detect(args: argparse.Namespace) -> int:
-    global _leaves_nothing_behind
-    import gc
+    facts = _facts(args.sysroot)
+    if args.json:
+        print(json.dumps(facts.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        from .detect.summary import format_summary
 
-    # detect makes no reference cycles worth collecting: the collector's passes over its
-    # objects (1 ms) find nothing, and the process ends
-    gc.disable()
-    try:
-        facts = _facts(args.sysroot)
-        if args.json:
-            print(json.dumps(facts.to_dict(), indent=2, ensure_ascii=False))
-        else:
-            from .detect.summary import format_summary
-
-            print(format_summary(facts))
-    finally:
-        gc.enable()  # for callers in this process (tests); the exit does not wait for it
-    _leaves_nothing_behind = True
+        print(format_summary(facts))
     return EXIT_OK
 
 
@@ -410,14 +382,14 @@ def _has_terminal() -> bool:
 
 def _terminate_as_interrupt() -> None:
     """SIGTERM ends a run the way Ctrl-C does: the record is finished truthfully."""
-    def handler(signum: int, frame: Any) -> None:
+    def handler(signum: int, frame: Optional[FrameType]) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
 
 
-def _run_plan(plan: Any, facts: Any, record_path: Optional[str], yes: bool, dry_run: bool,
-              runner: Any = None) -> int:
+def _run_plan(plan: Plan, facts: Facts, record_path: Optional[str], yes: bool, dry_run: bool,
+              runner: Optional[Runner] = None) -> int:
     from pathlib import Path
 
     from .apply import ShellRunner
@@ -453,7 +425,7 @@ def _run_plan(plan: Any, facts: Any, record_path: Optional[str], yes: bool, dry_
     return session.exit_code()
 
 
-def _record_failed(record: Any, exc: OSError) -> int:
+def _record_failed(record: Record, exc: OSError) -> int:
     """The record (or the log) could not be written, e.g. a full disk: one line, exit 1.
     The record on disk is the last one written whole (writes are atomic), and no further
     step ran."""

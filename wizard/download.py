@@ -23,6 +23,7 @@ import sys
 import time
 from typing import Callable, Optional, TextIO
 
+from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from .inputs import ascii_int
 from .validate import BadInput, sha256 as check_sha256, url as check_url
 
@@ -213,15 +214,15 @@ def main(argv: Optional[list] = None) -> int:
         digest = download(url, args.dest, want, timeout=args.timeout, progress=LineProgress())
     except BadInput as exc:
         print(f"hpcwizard: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     except DownloadError as exc:
         print(f"hpcwizard: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     except OSError as exc:
         print(f"hpcwizard: download failed: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     print(f"sha256 {digest} {os.path.basename(args.dest)}")
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

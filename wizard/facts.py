@@ -1,15 +1,14 @@
-"""What is this machine? Frozen records, JSON-serialisable, with no behaviour beyond small
-derived properties; dataclasses to every reader (hpcwizard.frozen says why they are not
-written with @dataclass). Detection fills them (hpcwizard.detect); everything else reads them.
+"""What is this machine? Frozen dataclasses, JSON-serialisable, with no behaviour beyond small
+derived properties. Detection fills them (hpcwizard.detect); everything else reads them.
 
 Unknown is always representable: a string field is "" or "unknown", an optional number is
 None, and the reason lands in Facts.notes. Nothing here touches the system.
 """
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any, Dict, Optional, Tuple
 
-from .frozen import as_dict, factory, field_names, frozen, is_record
 
 # Families decide package names and the package manager's command line.
 FAMILIES = ("debian", "rhel", "suse", "alpine", "unknown")
@@ -18,7 +17,7 @@ PACKAGE_MANAGERS = ("apt", "dnf", "yum", "zypper", "apk", "")
 SUDO_MODES = ("root", "nopasswd", "password", "denied", "none", "unknown")
 
 
-@frozen
+@dataclass(frozen=True)
 class OsInfo:
     """The distribution, from os-release, and the package manager its family uses."""
     id: str = "unknown"
@@ -29,7 +28,7 @@ class OsInfo:
     package_manager: str = ""  # apt | dnf | yum | zypper | apk | "" (none found)
 
 
-@frozen
+@dataclass(frozen=True)
 class UserInfo:
     """Who runs hpcwizard, and what sudo lets them do."""
     name: str = "unknown"
@@ -50,7 +49,7 @@ class UserInfo:
         return self.sudo in ("root", "nopasswd")
 
 
-@frozen
+@dataclass(frozen=True)
 class Runtime:
     """The container this runs in, its PID 1, Jupyter, and the size of /dev/shm."""
     container: str = "unknown"  # docker | podman | kubernetes | lxc | containerd | none | unknown
@@ -65,7 +64,7 @@ class Runtime:
         return self.pid1 == "systemd"
 
 
-@frozen
+@dataclass(frozen=True)
 class Iface:
     """A network interface and its addresses."""
     name: str
@@ -74,7 +73,7 @@ class Iface:
     addresses: Tuple[str, ...] = ()  # CIDR notation, v4 and v6
 
 
-@frozen
+@dataclass(frozen=True)
 class Port:
     """One port of an RDMA device: its state, rate, link layer and network device."""
     hca: str
@@ -99,7 +98,7 @@ class Port:
         return f"{self.hca}:{self.number}"
 
 
-@frozen
+@dataclass(frozen=True)
 class Hca:
     """An RDMA device (host channel adapter) and its ports."""
     name: str
@@ -114,7 +113,7 @@ class Hca:
         return self.driver in ("rdma_rxe", "rxe", "siw") or self.name.startswith(("rxe", "siw"))
 
 
-@frozen
+@dataclass(frozen=True)
 class Gpu:
     """A GPU as nvidia-smi reports it."""
     index: int
@@ -124,7 +123,7 @@ class Gpu:
     cuda: str = ""  # highest CUDA the driver supports, from nvidia-smi's header
 
 
-@frozen
+@dataclass(frozen=True)
 class Rdma:
     """What RDMA needs beyond the devices: /dev/infiniband, locked memory, GPUDirect."""
     uverbs: Tuple[str, ...] = ()  # /dev/infiniband/uverbs* present in this container
@@ -138,7 +137,7 @@ class Rdma:
     gpudirect: str = ""
 
 
-@frozen
+@dataclass(frozen=True)
 class Software:
     """What is installed and running: ssh/sshd, MPI, UCX, PyTorch/NCCL, the packages."""
     ssh_version: str = ""
@@ -175,7 +174,7 @@ class Software:
         return int(head) if head.isascii() and head.isdigit() else None
 
 
-@frozen
+@dataclass(frozen=True)
 class SshDir:
     """This user's ~/.ssh, when the platform provides it (detect/ssh_dir.py)."""
     path: str = ""
@@ -233,12 +232,12 @@ class Note(str):
         return cls(str(value))
 
 
-@frozen
+@dataclass(frozen=True)
 class Facts:
     """Everything detect() learned about one machine, and why anything is unknown (notes)."""
-    os: OsInfo = factory(OsInfo)
-    user: UserInfo = factory(UserInfo)
-    runtime: Runtime = factory(Runtime)
+    os: OsInfo = field(default_factory=OsInfo)
+    user: UserInfo = field(default_factory=UserInfo)
+    runtime: Runtime = field(default_factory=Runtime)
     hostname: str = ""
     cpus: Optional[int] = None
     memory_mib: Optional[int] = None
@@ -246,9 +245,9 @@ class Facts:
     default_iface: str = ""  # the interface of the IPv4 default route ("" = none or unknown)
     hcas: Tuple[Hca, ...] = ()
     gpus: Tuple[Gpu, ...] = ()
-    rdma: Rdma = factory(Rdma)
-    software: Software = factory(Software)
-    ssh_dir: SshDir = factory(SshDir)
+    rdma: Rdma = field(default_factory=Rdma)
+    software: Software = field(default_factory=Software)
+    ssh_dir: SshDir = field(default_factory=SshDir)
     # The package sources' hosts as host:port (apt, dnf/yum, zypper, apk), and whether a TCP
     # connection to any of them (or to the proxy that reaches them) opened; None = not probed.
     mirrors: Tuple[str, ...] = ()
@@ -278,7 +277,7 @@ class Facts:
 
     def to_dict(self) -> Dict[str, Any]:
         """JSON's form: a note or warning as its code, English text and arguments."""
-        data = as_dict(self)
+        data = asdict(self)
         data["notes"] = [n.to_dict() for n in self.notes]
         data["warnings"] = [w.to_dict() for w in self.warnings]
         return data
@@ -289,7 +288,7 @@ class Facts:
 
 
 def _build(cls: Any, data: Any) -> Any:
-    """Rebuild nested frozen records from to_dict()'s output (records, JSON, fixtures).
+    """Rebuild nested dataclasses from to_dict()'s output (records, JSON, fixtures).
 
     Unknown keys are ignored so that an older hpcwizard can read a newer record's facts.
     """
@@ -297,10 +296,9 @@ def _build(cls: Any, data: Any) -> Any:
 
     hints = typing.get_type_hints(cls)
     kwargs = {}
-    for name in field_names(cls):
-        if name not in data:
-            continue
-        kwargs[name] = _coerce(hints[name], data[name])
+    for f in fields(cls):
+        if f.name in data:
+            kwargs[f.name] = _coerce(hints[f.name], data[f.name])
     return cls(**kwargs)
 
 
@@ -309,7 +307,7 @@ def _coerce(tp: Any, value: Any) -> Any:
 
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
-    if isinstance(tp, type) and is_record(tp):
+    if isinstance(tp, type) and is_dataclass(tp):
         return _build(tp, value)
     if tp is Note:
         return Note.from_value(value)

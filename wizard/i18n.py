@@ -21,6 +21,7 @@ from __future__ import annotations
 import gettext
 import io
 import os
+import unicodedata
 from typing import Any, Dict, Mapping, Optional
 
 DOMAIN = "hpcwizard"
@@ -122,8 +123,6 @@ def field(obj: Any, key: str, lang: Optional[str] = None) -> str:
 
 def width(text: str) -> int:
     """Terminal cells text takes: CJK and full-width characters take two."""
-    import unicodedata  # here: 0.5 ms that a command line showing no table does without
-
     return sum(2 if unicodedata.east_asian_width(ch) in ("W", "F") else
                0 if unicodedata.combining(ch) else 1 for ch in text)
 

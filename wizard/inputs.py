@@ -72,13 +72,9 @@ def read_bytes(path: str, what: str, limit: int, stdin: bool = False) -> bytes:
         if st.st_size > limit:
             raise BadInput(_("{what} {path} is larger than {limit}").format(
                 what=what, path=path, limit=_size(limit)))
-        # Reads the size of the file (one more byte, to see the end), at least 64 kB: procfs
-        # and sysfs report 0 or 4096. A 1 MB buffer for each of detect's fifty small reads
-        # (and procfs allocating as much in the kernel) cost more than the reading.
-        step = max(st.st_size + 1, 1 << 16)
         chunks, size = [], 0
-        while size <= limit:
-            chunk = os.read(fd, min(step, limit + 1 - size))
+        while size <= limit:  # one byte more than allowed, to see the end
+            chunk = os.read(fd, limit + 1 - size)
             if not chunk:
                 break
             chunks.append(chunk)

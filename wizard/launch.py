@@ -455,7 +455,7 @@ def launch_script(plan: Plan) -> str:
         out.append("MPIRUN_ARGS_5=(" + " ".join(
             shlex.quote(a) for a in mpirun_args_for(plan.mpirun_args, 5)) + ")")
     out.append(_BODY.strip("\n").replace("__OPS_FUNCTIONS__", ops.functions(
-        "_hw_say", "_hw_is_sshd", "_hw_sshd_pid")).replace("__RUNTIME__", _runtime_text()))
+        "_hw_say", "_hw_is_sshd", "_hw_sshd_pid", "_hw_sshd_exec")).replace("__RUNTIME__", _runtime_text()))
     out.append((_MPI if c.framework == "mpi" else _TORCH).rstrip("\n")
                .replace("__OMPI_VERSION_SH__", OMPI_VERSION_SH)
                .replace("__IFACE_ARGS_5__", " ".join(IFACE_ARGS_5))

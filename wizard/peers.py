@@ -4,7 +4,7 @@ in BatchMode, with the job's key only.
 
 `default_peers(env, hostname)` answers, from the first of:
 
-1. the job's hosts the platform names (hosts.from_environment: HOSTS, hostfiles, Slurm,
+1. the job's hosts the platform names (runtime.from_environment: HOSTS, hostfiles, Slurm,
    Volcano, MASTER_ADDR/WORLD_SIZE), compacted: names that differ only in a number after a
    separator share one pattern (`job-worker-0..15` -> `job-worker-*`), names with a number
    and no separator one `?` per digit (`node01..node16` -> `node??`), any other name as it is;
@@ -14,8 +14,8 @@ in BatchMode, with the job's key only.
 3. `*`, with a warning.
 
 A platform variable that is set but cannot be read is BadInput (the user fixes it or gives
---peers): guessing past it would set up other hosts than the job's. Pure functions of their
-inputs, but for reading a hostfile a variable names.
+--peers): guessing past it would set up other hosts than the job's. Functions of their
+inputs (the platform's variables are read by recipes/runtime.sh, through runtime.py).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .hosts import from_environment
+from .runtime import from_environment
 from .i18n import N_, _, translations
 from .validate import BadInput, host_name, host_pattern
 

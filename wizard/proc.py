@@ -26,9 +26,9 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .frozen import frozen
 
 # The locales children get. Where we parse output or match it against the diagnoses' table,
 # messages must be English whatever the user's language: LC_ALL wins over every LC_* and
@@ -54,7 +54,7 @@ def child_env(locale: str, base: Optional[Mapping[str, str]] = None,
     return env
 
 
-@frozen
+@dataclass(frozen=True)
 class Finished:
     """A program that ran to its end (or its time-out), with its output."""
     argv: Tuple[str, ...]

@@ -22,7 +22,7 @@ import socket
 import stat
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import tomli_w
 
@@ -31,6 +31,10 @@ from .compat import tomllib
 from .i18n import _
 from .inputs import RECORD_LIMIT, read_bytes
 from .validate import BadInput, user_name
+
+if TYPE_CHECKING:
+    from .facts import Facts
+    from .plan import Plan
 
 SCHEMA = 1
 # skipped: its check passed, nothing to do; user-skipped: it failed (or was stopped) and the
@@ -161,14 +165,14 @@ def _free(path: Path) -> Path:
         path=path))
 
 
-def default_path(plan: Any, base: Optional[Path] = None, name: str = "") -> Path:
+def default_path(plan: Plan, base: Optional[Path] = None, name: str = "") -> Path:
     """Where a run's record goes: BASE/records/NAME, by default the state directory and
     YYYYmmdd-HHMMSS-FRAMEWORK-NETWORK.toml; if that is taken (a run in the same second),
     NAME-2.toml and so on."""
     return _free(_default_name(plan, base, name))
 
 
-def _default_name(plan: Any, base: Optional[Path], name: str) -> Path:
+def _default_name(plan: Plan, base: Optional[Path], name: str) -> Path:
     c = plan.choices
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return Path(os.path.abspath((Path(base) if base is not None else state_dir()) / "records"
@@ -404,8 +408,8 @@ class Record:
     # --- creation and loading -------------------------------------------------------------
 
     @classmethod
-    def new(cls, plan: Any, facts: Any, path: Optional[Path] = None,
-            base: Optional[Path] = None, name: str = "") -> "Record":
+    def new(cls, plan: Plan, facts: Facts, path: Optional[Path] = None,
+            base: Optional[Path] = None, name: str = "") -> Record:
         """A record of a run about to start, not yet on disk. path: where it goes (give one
         checked with new_record_path); else a free default name (default_path(plan, base,
         name)), another one if a run takes it before this one's first save."""
@@ -551,7 +555,7 @@ class Record:
             self.log_error = f"{path}: {exc.strerror or exc}"
 
 
-def facts_summary(facts: Any) -> Dict[str, Any]:
+def facts_summary(facts: Facts) -> Dict[str, Any]:
     """Enough of the facts to understand a record later, with no None (TOML has none)."""
     return {
         "os": facts.os.pretty_name or facts.os.id,

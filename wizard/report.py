@@ -6,12 +6,15 @@ import re
 import shlex
 import sys
 import textwrap
-from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
 from .apply import RunFinished, StepFinished, StepOutput, StepStarted
 from .i18n import N_, _, field
 from .plan import Plan
 from . import vocab
+
+if TYPE_CHECKING:
+    from .apply import ShellRunner
 
 
 def _indent(text: str, prefix: str = "      ") -> str:
@@ -91,7 +94,7 @@ def format_plan(plan: Plan, brief: bool = False, diffs: Optional[Mapping[str, st
     return "\n".join(out).rstrip() + "\n"
 
 
-def file_diffs(plan: Plan, runner: Any) -> Dict[str, str]:
+def file_diffs(plan: Plan, runner: ShellRunner) -> Dict[str, str]:
     """For each step that changes a file, the unified diff against the file as it is now,
     computed read-only by the step's own call in diff mode (runner.capture). A step whose
     files cannot be read here says so instead."""

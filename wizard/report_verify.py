@@ -3,11 +3,14 @@ and each diagnosis (cause and fix). `check_lines` gives each line with its role,
 terminal (format_report) and the wizard's Done screen (which colours by role) say the same."""
 from __future__ import annotations
 
-from typing import Any, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, List, Mapping, Optional, Tuple
 
 from .hosts import Hosts
 from .i18n import N_, _, field, ljust, width
 from .verify import FAIL, PASS, SKIP, Check, Report
+
+if TYPE_CHECKING:
+    from .record import Record
 
 _MARK = {PASS: N_("PASS"), FAIL: N_("FAIL"), SKIP: N_("skip")}
 
@@ -67,7 +70,7 @@ def format_report(report: Report, verbose: bool = False) -> str:
     return "\n".join(out)
 
 
-def keep_in_record(record: Any, report: Report) -> None:
+def keep_in_record(record: Record, report: Report) -> None:
     """The outcome into the record (its [verify] table, replacing an older one) and every
     check, with what it ran, into its log."""
     record.set_verification(report.summary())

@@ -14,23 +14,29 @@ from __future__ import annotations
 
 import contextlib
 import os
+import dataclasses
 import stat
 import subprocess
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Iterable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, List, Optional, Sequence
 
+from .exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from .i18n import _
 from .validate import BadInput
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+if TYPE_CHECKING:
+    from .apply import Runner
+    from .facts import Facts, UserInfo
+    from .plan import Plan
+    from .record import Record
+
 RESUMES = ("retry", "skip", "undo")
 
 
 # --- before anything runs --------------------------------------------------------------------
 
-def refuse_without_passwd_entry(runner: Any, pending: "Iterable[tuple[str, str, str]]") -> None:
+def refuse_without_passwd_entry(runner: Runner, pending: "Iterable[tuple[str, str, str]]") -> None:
     """A uid without a passwd entry (docker run --user 12345) cannot use sudo ("you do not
     exist in the passwd database"), nor ssh-keygen ("No user exists for uid 12345") or sshd.
     pending: (as, check, id) of the steps about to run. Those that go through sudo or set up
@@ -54,11 +60,11 @@ def refuse_without_passwd_entry(runner: Any, pending: "Iterable[tuple[str, str, 
                          "{uid}; nothing was changed").format(uid=uid))
 
 
-def no_sudo_here(user: Any) -> str:
+def no_sudo_here(user: UserInfo) -> str:
     """Why a step that goes through sudo cannot run for this user, or "": not root, and
     sudo missing ("none") or running nothing as root ("denied"). The run would stop at the
     first such step; both front ends say so before it (Review, `apply`), and refuse it."""
-    if getattr(user, "sudo", "") not in ("none", "denied"):
+    if user.sudo not in ("none", "denied"):
         return ""
     return _("You are {user}, not root, and {why}: the steps marked (root) cannot run for "
              "you, so a run would stop at the first of them. Run hpcwizard as root, or use "
@@ -107,8 +113,8 @@ class Session:
     lock      lock(machine=bool, directory=state_dir) -> context manager (lock.run_lock)
     """
 
-    def __init__(self, plan: Any, facts: Any, runner: Any, *,
-                 record: Any = None, record_path: Optional[Path] = None,
+    def __init__(self, plan: Optional[Plan], facts: Optional[Facts], runner: Runner, *,
+                 record: Optional[Record] = None, record_path: Optional[Path] = None,
                  state_dir: Optional[Path] = None, record_name: str = "",
                  lock: Optional[Callable[..., ContextManager[Any]]] = None) -> None:
         self.plan = plan
@@ -127,7 +133,7 @@ class Session:
         self.earlier: "tuple[tuple[str, str], ...]" = ()
 
     @classmethod
-    def of_record(cls, record: Any, runner: Any, **kw: Any) -> "Session":
+    def of_record(cls, record: Record, runner: Runner, **kw: Any) -> Session:
         """A session over a record already on disk (`undo --record`). It is read again once
         the lock is held: what another hpcwizard did to it meanwhile (while the user read the
         question) is what the undo goes by."""
@@ -167,7 +173,7 @@ class Session:
         once, before it (sudo_once)."""
         return any(self.runner.via_sudo(as_) for as_, _c, _i in self._pending(action))
 
-    def begin(self) -> Any:
+    def begin(self) -> Record:
         """The lock, then the record (created, never written over). Returns the record; the
         lock stays held until the next run() ends, or release()."""
         from .record import Record
@@ -294,7 +300,7 @@ class ExportExists(BadInput):
             paths=", ".join(str(p) for p in self.paths)))
 
 
-def export_files(plan: Any, fmt: str, path: Path) -> List[ExportFile]:
+def export_files(plan: Plan, fmt: str, path: Path) -> List[ExportFile]:
     """Every file `fmt` needs, the named one first: a Dockerfile's build context (the setup
     script it COPYs) goes beside it, or `docker build` fails at COPY."""
     from .export import render_export
@@ -346,7 +352,7 @@ def _same(path: Path, text: str) -> bool:
         return False
 
 
-def write_export(plan: Any, fmt: str, path: Path,
+def write_export(plan: Plan, fmt: str, path: Path,
                  force: "bool | Sequence[Path]" = False) -> List[Path]:
     """Write every file of the export. Without force, anything already at one of the names
     (a user's own ./Dockerfile, a link) that is not this very export refuses the whole export

@@ -22,21 +22,19 @@ class BadInput(ValueError):
         self.field = field
 
 
-# Patterns as text, compiled on first use by re's own cache: a command line uses one or two
-# of them, and compiling all six at import was 1 ms of each.
 # POSIX portable user names as useradd accepts them (NAME_REGEX of adduser, plus '.').
-_USER = r"^[a-z_][a-z0-9_.-]{0,31}$"
+_USER = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
 # RFC 1123 host names: labels of letters, digits and inner hyphens, dots between.
-_LABEL = r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$"
+_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
 # ssh_config Host patterns: host-name characters plus the wildcards * and ?; never a leading
 # '-', which the check `ssh -G PATTERN` would read as an option (-oProxyCommand=...).
-_PATTERN = r"^(?!-)[A-Za-z0-9.*?_-]{1,253}$"
-_SHA256 = r"^[0-9a-fA-F]{64}$"
+_PATTERN = re.compile(r"^(?!-)[A-Za-z0-9.*?_-]{1,253}$")
+_SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
 # http(s) URLs of RFC 3986 characters, minus the single quote: the plan puts a URL inside
 # single quotes in shell text, so nothing else in it can end the quoting or expand.
-_URL = (r"^https?://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:[0-9]{1,5})?"
-        r"(/[A-Za-z0-9._~!$&()*+,;=:@%/?#-]*)?$")
-_PACKAGE_FILE = r"^[A-Za-z0-9][A-Za-z0-9._+~-]*\.(deb|rpm)$"
+_URL = re.compile(r"^https?://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:[0-9]{1,5})?"
+                  r"(/[A-Za-z0-9._~!$&()*+,;=:@%/?#-]*)?$")
+_PACKAGE_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~-]*\.(deb|rpm)$")
 
 
 def port(value: object) -> int:
@@ -53,7 +51,7 @@ def port(value: object) -> int:
 
 
 def user_name(value: str) -> str:
-    if not re.fullmatch(_USER, value or ""):
+    if not _USER.fullmatch(value or ""):
         raise BadInput(_(
             "user name {value!r} is not valid: use lower-case letters, digits, '_', '-', '.', "
             "starting with a letter or '_', at most 32 characters").format(value=value), "user")
@@ -63,7 +61,7 @@ def user_name(value: str) -> str:
 def host_name(value: str) -> str:
     value = (value or "").strip()
     if len(value) > 253 or not value or not all(
-            re.fullmatch(_LABEL, p) for p in value.split(".")):
+            _LABEL.fullmatch(p) for p in value.split(".")):
         raise BadInput(_(
             "host name {value!r} is not valid: use letters, digits, '-' and '.', "
             "no spaces or other characters").format(value=value), "host")
@@ -83,7 +81,7 @@ def host_list(value: str) -> List[str]:
 
 
 def host_pattern(value: str) -> str:
-    if not re.fullmatch(_PATTERN, value or ""):
+    if not _PATTERN.fullmatch(value or ""):
         raise BadInput(_(
             "host pattern {value!r} is not valid: use host-name characters and the wildcards "
             "* and ?, not starting with '-', e.g. 'job-*'").format(value=value), "peers")
@@ -99,7 +97,7 @@ def sha256(value: str) -> str:
 
 def url(value: str) -> str:
     text = (value or "").strip()
-    if not re.fullmatch(_URL, text) or len(text) > 2000:
+    if not _URL.fullmatch(text) or len(text) > 2000:
         raise BadInput(_("URL {value!r} is not valid: give an http:// or https:// address "
                          "without spaces or quotes").format(value=value), "url")
     return text
@@ -109,7 +107,7 @@ def package_file_name(value: str) -> str:
     """The .deb/.rpm file a package URL names (its last path segment, query dropped)."""
     path = value.split("#", 1)[0].split("?", 1)[0]
     name = path.rstrip("/").rsplit("/", 1)[-1] if "//" in path and path.count("/") > 2 else ""
-    if not re.fullmatch(_PACKAGE_FILE, name):
+    if not _PACKAGE_FILE.fullmatch(name):
         raise BadInput(_("URL {value!r} does not end in a package file name (something.deb "
                          "or something.rpm)").format(value=value), "url")
     return name

@@ -10,9 +10,9 @@ is here at the time of the call is what counts, and a test can add a value.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Dict, Mapping, Tuple
 
-from .frozen import frozen
 from .i18n import N_
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 _VALUE_ID = re.compile(r"^[a-z][a-z0-9]*$")
 
 
-@frozen
+@dataclass(frozen=True)
 class Value:
     """One value a choice allows (framework mpi, network ib)."""
     id: str  # as given on the command line, kept in a record, named by a recipe
@@ -44,7 +44,7 @@ def uses_ssh(framework: str) -> bool:
     return not any(v.no_ssh for v in FRAMEWORK.values if v.id == framework)
 
 
-@frozen
+@dataclass(frozen=True)
 class Choice:
     """A question a job answers, the values it allows and its default."""
     name: str  # the Choices field, the Choose screen's widget id, argparse's dest
@@ -121,7 +121,7 @@ def choices() -> Tuple[Choice, ...]:
 
 # --- conditions -------------------------------------------------------------------------------
 
-@frozen
+@dataclass(frozen=True)
 class Situation:
     """What a condition is decided on."""
     choices: "Choices"
@@ -130,7 +130,7 @@ class Situation:
     ssh_dir_provided: bool  # the platform provides the job user's ~/.ssh (plan.platform_ssh_dir)
 
 
-@frozen
+@dataclass(frozen=True)
 class Condition:
     """A name a recipe's `when` may use, and how it is decided."""
     name: str

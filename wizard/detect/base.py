@@ -9,6 +9,7 @@ from __future__ import annotations
 import glob
 import os
 import threading
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from .. import proc
@@ -23,31 +24,94 @@ from .run import Result, Started, run, start
 TABLE_LIMIT = 64 * 1024 * 1024
 
 
-class Context:
-    """What a probe may read and run: the root it looks at, and whether commands run.
-    (A plain class, as Found: see hpcwizard.frozen for what a dataclass costs detect.)"""
+class Ahead:
+    """The commands started ahead of the probes that run them, shared by the threads that
+    start and run them. Each command starts once at most, whoever comes first: a probe
+    that ran it is not followed by a second start (for `sudo -n -v`, a second logged
+    refusal). Every program of the detection, started ahead or not, is in `running`:
+    stop() kills them all at once and nothing starts after it."""
 
-    def __init__(self, sysroot: str = "/", run_commands: bool = True, timeout: float = 5.0,
-                 ssh_port: int = DEFAULT_SSH_PORT, mpi_components: bool = True,
-                 env: Optional[Mapping[str, str]] = None) -> None:
-        self.sysroot = sysroot
-        self.run_commands = run_commands
-        self.timeout = timeout
-        self.ssh_port = ssh_port
-        # Whether to list Open MPI's components (ompi_info: a quarter of a second, for the
-        # UCX pml that only MPI over InfiniBand needs). A plan for TCP does without them.
-        self.mpi_components = mpi_components
-        # The process environment that matters for the machine (Jupyter, Kubernetes).
-        # Empty for a foreign sysroot: this process's variables say nothing about that tree.
-        self.env: Mapping[str, str] = {} if env is None else env
-        # files that exist but were refused (a FIFO, a device, too large): path -> the
-        # reason, for the probes' notes
-        self.refused: Dict[str, str] = {}
-        # the commands started ahead of the probes that will run them (detect.commands)
-        self.ahead = Ahead()
-        # what else a probe began ahead of its turn, by the probe's name (the mirrors'
-        # connections): the probe takes it, or does the work itself
-        self.begun: Dict[str, Any] = {}
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: Dict[Tuple[str, ...], _Entry] = {}
+        self._asked: Set[Tuple[str, ...]] = set()
+        self.running = proc.Running()
+
+    def start(self, argv: Tuple[str, ...], timeout: float) -> None:
+        with self._lock:
+            if self.running.stopped or argv in self._entries or argv in self._asked:
+                return
+            entry = self._entries[argv] = _Entry()
+        # Outside the lock: a program on a hung mount holds up its own probe, not the rest.
+        try:
+            entry.started = start(argv, timeout=timeout, running=self.running)
+        finally:
+            entry.ready.set()
+
+    def take(self, argv: Tuple[str, ...]) -> Tuple[bool, Optional[Started]]:
+        """(whether the probe is answered here, the Started to wait on: None when the program
+        is not installed, or when the detection is over and nothing more may run)."""
+        with self._lock:
+            self._asked.add(argv)
+            if self.running.stopped:
+                return True, None
+            entry = self._entries.pop(argv, None)
+        if entry is None:
+            return False, None
+        entry.ready.wait()  # its start is under way in another thread
+        return True, entry.started
+
+    def stop(self) -> None:
+        self.running.stop()  # SIGKILL to every group, without waiting for any
+        with self._lock:
+            left = list(self._entries.values())
+            self._entries.clear()
+        if left:  # reaped aside: a process the kill cannot end yet (D state) holds up nothing
+            threading.Thread(target=_reap_unasked, args=(left,), daemon=True,
+                             name="hpcwizard-detect-reap").start()
+
+    def waiting(self) -> List[Tuple[str, ...]]:
+        """The commands started (or found missing) that no probe has taken yet."""
+        with self._lock:
+            return list(self._entries)
+
+
+class _Entry:
+    """A command Ahead is starting or has started: ready once started is set."""
+
+    def __init__(self) -> None:
+        self.ready = threading.Event()
+        self.started: Optional[Started] = None
+
+
+def _reap_unasked(entries: List[_Entry]) -> None:
+    for entry in entries:
+        entry.ready.wait()
+        if entry.started is not None:
+            entry.started.kill()
+
+
+@dataclass
+class Context:
+    """What a probe may read and run: the root it looks at, and whether commands run."""
+    sysroot: str = "/"
+    run_commands: bool = True
+    timeout: float = 5.0
+    ssh_port: int = DEFAULT_SSH_PORT
+    # Whether to list Open MPI's components (ompi_info: a quarter of a second, for the
+    # UCX pml that only MPI over InfiniBand needs). A plan for TCP does without them.
+    mpi_components: bool = True
+    # The process environment that matters for the machine (Jupyter, Kubernetes).
+    # Empty for a foreign sysroot: this process's variables say nothing about that tree.
+    env: Mapping[str, str] = field(default_factory=dict)
+    # files that exist but were refused (a FIFO, a device, too large): path -> the
+    # reason, for the probes' notes
+    refused: Dict[str, str] = field(default_factory=dict, init=False)
+    # the commands started ahead of the probes that will run them (detect.commands)
+    ahead: Ahead = field(default_factory=Ahead, init=False)
+    # what else a probe began ahead of its turn, by the probe's name (the mirrors'
+    # connections): the probe takes it, or does the work itself
+    begun: Dict[str, Any] = field(default_factory=dict, init=False)
 
     @property
     def local(self) -> bool:
@@ -128,85 +192,12 @@ class Context:
         self.ahead.stop()
 
 
-class Ahead:
-    """The commands started ahead of the probes that run them, shared by the threads that
-    start and run them. Each command starts once at most, whoever comes first: a probe
-    that ran it is not followed by a second start (for `sudo -n -v`, a second logged
-    refusal). Every program of the detection, started ahead or not, is in `running`:
-    stop() kills them all at once and nothing starts after it."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._entries: Dict[Tuple[str, ...], _Entry] = {}
-        self._asked: Set[Tuple[str, ...]] = set()
-        self.running = proc.Running()
-
-    def start(self, argv: Tuple[str, ...], timeout: float) -> None:
-        with self._lock:
-            if self.running.stopped or argv in self._entries or argv in self._asked:
-                return
-            entry = self._entries[argv] = _Entry()
-        # Outside the lock: a program on a hung mount holds up its own probe, not the rest.
-        try:
-            entry.started = start(argv, timeout=timeout, running=self.running)
-        finally:
-            entry.ready.set()
-
-    def take(self, argv: Tuple[str, ...]) -> Tuple[bool, Optional[Started]]:
-        """(whether the probe is answered here, the Started to wait on: None when the program
-        is not installed, or when the detection is over and nothing more may run)."""
-        with self._lock:
-            self._asked.add(argv)
-            if self.running.stopped:
-                return True, None
-            entry = self._entries.pop(argv, None)
-        if entry is None:
-            return False, None
-        entry.ready.wait()  # its start is under way in another thread
-        return True, entry.started
-
-    def stop(self) -> None:
-        self.running.stop()  # SIGKILL to every group, without waiting for any
-        with self._lock:
-            left = list(self._entries.values())
-            self._entries.clear()
-        if left:  # reaped aside: a process the kill cannot end yet (D state) holds up nothing
-            threading.Thread(target=_reap_unasked, args=(left,), daemon=True,
-                             name="hpcwizard-detect-reap").start()
-
-    def waiting(self) -> List[Tuple[str, ...]]:
-        """The commands started (or found missing) that no probe has taken yet."""
-        with self._lock:
-            return list(self._entries)
-
-
-class _Entry:
-    """A command Ahead is starting or has started: ready once started is set."""
-
-    def __init__(self) -> None:
-        self.ready = threading.Event()
-        self.started: Optional[Started] = None
-
-
-def _reap_unasked(entries: List[_Entry]) -> None:
-    for entry in entries:
-        entry.ready.wait()
-        if entry.started is not None:
-            entry.started.kill()
-
-
+@dataclass
 class Found:
     """What one probe learned. Keys are Facts fields ("cpus") or dotted ("software.mpi_version")."""
-
-    def __init__(self, values: Optional[Dict[str, Any]] = None,
-                 notes: Optional[List[Note]] = None,
-                 warnings: Optional[List[Note]] = None) -> None:
-        self.values: Dict[str, Any] = {} if values is None else values
-        self.notes: List[Note] = [] if notes is None else notes
-        self.warnings: List[Note] = [] if warnings is None else warnings
-
-    def __repr__(self) -> str:
-        return f"Found(values={self.values!r}, notes={self.notes!r}, warnings={self.warnings!r})"
+    values: Dict[str, Any] = field(default_factory=dict)
+    notes: List[Note] = field(default_factory=list)
+    warnings: List[Note] = field(default_factory=list)
 
     def set(self, key: str, value: Any) -> None:
         self.values[key] = value

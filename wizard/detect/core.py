@@ -19,10 +19,10 @@ import os
 import shlex
 import threading
 import time
+from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from ..facts import Facts, Note
-from ..frozen import field_names, frozen, replace
 from ..i18n import N_
 from ..vocab import DEFAULT_SSH_PORT
 from . import commands
@@ -35,7 +35,7 @@ from .run import CommandTimeout
 NO_COMMANDS_NOTE = "Commands were not run"
 
 
-@frozen
+@dataclass(frozen=True)
 class Probe:
     """One question detect answers, and the function that answers it."""
     name: str
@@ -95,12 +95,12 @@ def merge(founds: Sequence[Found], notes: Sequence[Note] = ()) -> Facts:
     all_notes: List[Note] = list(notes)
     warnings: List[Note] = []
     defaults = Facts()
-    fields = set(field_names(Facts)) - {"notes", "warnings"}
+    names = {f.name for f in fields(Facts)} - {"notes", "warnings"}
     for f in founds:
         for key, value in f.values.items():
             outer, _, inner = key.partition(".")
-            ok = outer in fields and (
-                not inner or inner in field_names(type(getattr(defaults, outer)))
+            ok = outer in names and (
+                not inner or inner in {f.name for f in fields(getattr(defaults, outer))}
             )
             if not ok:  # a probe bug; say so rather than fail
                 all_notes.append(note("internal.unknown-fact", key=key))

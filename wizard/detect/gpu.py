@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import io
 import re
+from dataclasses import replace
 from typing import List, Optional, Tuple
 
 from ..facts import Gpu
-from ..frozen import replace
 from ..inputs import ascii_int
 from .base import Context, Found
 from .commands import GPU_QUERY, GPU_TABLE

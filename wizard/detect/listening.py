@@ -9,7 +9,7 @@ sysroot, which has no kernel to ask, and where netlink is refused (some sandboxe
 """
 from __future__ import annotations
 
-import _socket  # not socket: see hpcwizard.detect.mirrors.connect_tcp
+import socket
 import struct
 from typing import Dict, Optional
 
@@ -62,15 +62,15 @@ def from_sock_diag(timeout: float = 1.0) -> Optional[Dict[str, int]]:
     """The kernel's own answer for this network namespace; None when netlink is refused
     or answers with an error (the caller falls back to /proc)."""
     try:
-        sock = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW | _socket.SOCK_CLOEXEC,
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
                               NETLINK_SOCK_DIAG)
     except (OSError, AttributeError):
         return None
     out: Dict[str, int] = {}
     try:
         sock.settimeout(timeout)
-        for seq, family in enumerate((_socket.AF_INET, _socket.AF_INET6), 1):
-            body = _REQUEST.pack(family, _socket.IPPROTO_TCP, 0, 1 << TCP_LISTEN)
+        for seq, family in enumerate((socket.AF_INET, socket.AF_INET6), 1):
+            body = _REQUEST.pack(family, socket.IPPROTO_TCP, 0, 1 << TCP_LISTEN)
             sock.send(_NLMSGHDR.pack(_NLMSGHDR.size + len(body), SOCK_DIAG_BY_FAMILY,
                                      NLM_F_REQUEST | NLM_F_DUMP, seq, 0) + body)
             if not _read_dump(sock, seq, out):
@@ -82,7 +82,7 @@ def from_sock_diag(timeout: float = 1.0) -> Optional[Dict[str, int]]:
     return out
 
 
-def _read_dump(sock: "_socket.socket", seq: int, out: Dict[str, int]) -> bool:
+def _read_dump(sock: "socket.socket", seq: int, out: Dict[str, int]) -> bool:
     """Read one dump's answers into out until NLMSG_DONE; False on an error or nonsense."""
     while True:
         data = sock.recv(1 << 16)

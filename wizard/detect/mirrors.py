@@ -15,8 +15,8 @@ connection means nothing can be installed.
 """
 from __future__ import annotations
 
-import _socket  # not socket: see connect_tcp
 import re
+import socket
 import threading
 import time
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -198,32 +198,6 @@ def show(ep: Endpoint) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def connect_tcp(ep: Endpoint, timeout: float) -> "_socket.socket":
-    """What socket.create_connection does (each address of the name in turn, until one
-    connects), through _socket, the module socket wraps: importing socket converts four of
-    its constant tables to enums, 2 ms of every detect, for what detect does not use. (The
-    other probes that open a socket, listening and net, use _socket for the same reason.)
-    The host goes as ASCII bytes: endpoint() lets only ASCII names through, which need no
-    IDNA encoding, and a str would import the idna codec and stringprep, 3 to 5 ms more."""
-    host, port = ep
-    error: Optional[OSError] = None
-    for family, kind, proto, _name, address in _socket.getaddrinfo(
-            host.encode("ascii"), port, 0, _socket.SOCK_STREAM):
-        sock: Optional["_socket.socket"] = None
-        try:
-            # inside the try, as in create_connection: a family the kernel lacks (IPv6
-            # turned off, the name's AAAA first) fails here, and the next address is tried
-            sock = _socket.socket(family, kind, proto)
-            sock.settimeout(timeout)
-            sock.connect(address)
-            return sock
-        except OSError as exc:
-            error = exc
-            if sock is not None:
-                sock.close()
-    raise error or OSError(f"{host}: no address")
-
-
 def reachable(endpoints: Sequence[Endpoint], timeout: float = CONNECT_TIMEOUT,
               connect: Optional[Callable[..., Any]] = None) -> bool:
     """Does a TCP connection to any of them open? All are tried at once; the answer comes at
@@ -249,7 +223,7 @@ class Reaching:
             self._state["at"] = self.began
             self._done.set()
             return
-        connect = connect or connect_tcp
+        connect = connect or socket.create_connection
         done, lock, state = self._done, self._lock, self._state
 
         def attempt(ep: Endpoint) -> None:

@@ -6,8 +6,9 @@ machine only, each interface's primary IPv4 address through an ioctl.
 """
 from __future__ import annotations
 
+import ipaddress
 import json
-import _socket  # not socket: see hpcwizard.detect.mirrors.connect_tcp
+import socket
 import struct
 from typing import Dict, List, Optional, Tuple
 
@@ -48,25 +49,12 @@ def parse_if_inet6(text: str) -> Dict[str, List[str]]:
         if len(parts) != 6 or len(parts[0]) != 32:
             continue
         try:
-            addr = _ipv6_text(bytes.fromhex(parts[0]))
+            addr = ipaddress.IPv6Address(bytes.fromhex(parts[0]))
             prefix = int(parts[2], 16)
         except ValueError:
             continue
         out.setdefault(parts[5], []).append(f"{addr}/{prefix}")
     return out
-
-
-def _ipv6_text(packed: bytes) -> str:
-    """An IPv6 address as ipaddress writes it. inet_ntop agrees, and costs no import of
-    ipaddress (1.5 ms of detect), except that it writes an address with an IPv4 tail
-    (::a.b.c.d) in dots, which ipaddress does not: those, which no interface carries in
-    practice, go through ipaddress."""
-    text = _socket.inet_ntop(_socket.AF_INET6, packed)
-    if "." in text:
-        import ipaddress
-
-        return str(ipaddress.IPv6Address(packed))
-    return text
 
 
 def parse_proc_net_route(text: str) -> str:
@@ -92,16 +80,14 @@ def _ipv4_of(name: str) -> Optional[str]:
     except ImportError:  # pragma: no cover - not Linux
         return None
     packed = struct.pack("256s", name.encode()[:15])
-    s = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
-    try:
-        addr = fcntl.ioctl(s.fileno(), 0x8915, packed)[20:24]  # SIOCGIFADDR
-        mask = fcntl.ioctl(s.fileno(), 0x891B, packed)[20:24]  # SIOCGIFNETMASK
-    except OSError:
-        return None
-    finally:
-        s.close()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            addr = fcntl.ioctl(s.fileno(), 0x8915, packed)[20:24]  # SIOCGIFADDR
+            mask = fcntl.ioctl(s.fileno(), 0x891B, packed)[20:24]  # SIOCGIFNETMASK
+        except OSError:
+            return None
     prefix = bin(int.from_bytes(mask, "big")).count("1")
-    return f"{_socket.inet_ntoa(addr)}/{prefix}"
+    return f"{socket.inet_ntoa(addr)}/{prefix}"
 
 
 def from_sysfs(ctx: Context) -> Tuple[Iface, ...]:

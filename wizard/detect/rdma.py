@@ -9,10 +9,10 @@ installed, fills gaps and tells whether user space can see the devices at all.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..facts import Hca, Note, Port, Rdma
-from ..frozen import frozen, replace
 from ..i18n import N_
 from ..inputs import ascii_int
 from .base import Context, Found
@@ -143,7 +143,7 @@ def leading_numbers(text: str, count: int) -> Tuple[int, ...]:
     return tuple(int(g) for g in m.groups()) if m else ()
 
 
-@frozen
+@dataclass(frozen=True)
 class DmaBuf:
     """What DMA-BUF GPUDirect needs, as read here (see DMABUF_KERNEL)."""
     kernel: str = ""  # the running kernel's release, "" when unreadable

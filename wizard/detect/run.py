@@ -14,10 +14,10 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence, Tuple
 
 from .. import proc
-from ..frozen import frozen
 
 
 class CommandTimeout(Exception):
@@ -29,7 +29,7 @@ class CommandTimeout(Exception):
         super().__init__(f"`{shlex.join(self.argv)}` did not finish within {timeout:g} s")
 
 
-@frozen
+@dataclass(frozen=True)
 class Result:
     """A command detect ran: its exit code and output."""
     argv: Tuple[str, ...]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from typing import Dict, Mapping, Optional, Tuple
 
 from ..facts import Runtime
@@ -121,7 +122,7 @@ def probe(ctx: Context, found: Found) -> None:
 
 def probe_hostname(ctx: Context, found: Found) -> None:
     if ctx.local:
-        name = os.uname().nodename  # what gethostname() returns on Linux
+        name = socket.gethostname()
     else:
         words = (ctx.read_value("etc/hostname") or "").split()
         name = words[0] if words else ""

@@ -15,9 +15,9 @@ import os
 import re
 import shutil
 import stat
+from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..frozen import frozen
 
 SMALL = 256 * 1024  # a shim, a version file, pyvenv.cfg, a .pth; site.py is ~25 KiB
 
@@ -30,7 +30,7 @@ _PYENV_ROOT = re.compile(r'^export PYENV_ROOT="([^"\n]+)"\s*$', re.M)
 _VERSIONED = re.compile(r"python(\d+\.\d+t?)$")
 
 
-@frozen
+@dataclass(frozen=True)
 class TargetPython:
     """The python3 a job will run, and where its packages are."""
     executable: str  # the interpreter `python3` runs (after a pyenv shim), unresolved
