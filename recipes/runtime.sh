@@ -12,6 +12,9 @@
 #   hw_rt_wait HOST TRIES [PORT]                     the name resolves (and PORT answers)
 #   hw_rt_slots SLOTS NP                             -> HW_RT_HOST_SLOTS, HW_RT_NP
 #   hw_rt_write_hostfile FILE SLOTS NAME...          'NAME slots=N' lines
+#   hw_rt_iface VAR VALUE                            interfaces or subnets -> HW_RT_VALUE
+#   hw_rt_address VAR VALUE                          a host name or address -> HW_RT_VALUE
+#   hw_rt_port VAR VALUE                             a TCP port -> HW_RT_VALUE
 #   hw_rt_route_dev HOST                             -> HW_RT_DEV (the route's interface)
 #   hw_rt_roce_gid HCA PORT                          -> HW_RT_GID (RoCE v2, IPv4)
 #
@@ -382,6 +385,12 @@ _hw_rt_hostfile() {
   if [ ! -r "$path" ]; then _hw_rt_fail '{what} {path} cannot be read: {error}' what "$what" path "$path" error 'Permission denied'; return 1; fi
   size=$(stat -L -c %s -- "$path" 2>/dev/null) || size=0
   if [ "$size" -gt "$HW_RT_HOSTFILE_LIMIT" ]; then _hw_rt_fail '{what} {path} is larger than {limit}' what "$what" path "$path" limit '1 MiB'; return 1; fi
+  # bash's read drops NUL bytes, joining the names on either side into one; a read that
+  # stops at a NUL (status 0) finds one, with no other program.
+  if IFS= read -r -d '' _ < "$path"; then
+    _hw_rt_fail '{what} {path} holds a NUL byte: a hostfile is text, one host a line' what "$what" path "$path"
+    return 1
+  fi
   _hw_rt_out=()
   while IFS= read -r line || [ -n "$line" ]; do
     number=$((number + 1))
@@ -743,6 +752,73 @@ hw_rt_write_hostfile() {
   for ((i = 0; i < $#; i++)); do
     printf '%s slots=%s\n' "${@:i+1:1}" "${per[i]:-${per[0]}}"
   done > "$file"
+}
+
+# Values from the environment that reach a command line (mpirun's, orted's on the other
+# instances, torchrun's): each checked as its option would be, VAR naming it in the refusal.
+# Blank is unset: HW_RT_VALUE "" and status 0; else HW_RT_VALUE is the value without
+# surrounding blanks.
+HW_RT_VALUE=''
+_HW_RT_IFNAME="[!$_HW_RT_ALNUM._-]"  # a glob: a character no interface name here has
+
+# hw_rt_iface VAR VALUE: interface names (eth0, ens5.100) or subnets (10.0.0.0/24, fd00::/64),
+# comma-separated, as Open MPI's btl_tcp_if_include takes them. Open MPI puts the value in
+# double quotes on orted's command line, where $(...) runs.
+# shellcheck disable=SC2317,SC2329,SC2034  # the MPI launch uses it and HW_RT_VALUE; verify does not
+hw_rt_iface() {
+  local var=$1 value item items=() octets=() o
+  HW_RT_VALUE=''
+  _hw_rt_strip value "$2"
+  [ -n "$value" ] || return 0
+  _hw_rt_split items "$value"
+  for item in "${items[@]}"; do
+    if [[ $item == */* ]]; then
+      if [[ $item =~ ^($_HW_RT_DIGIT{1,3}[.]){3}$_HW_RT_DIGIT{1,3}/($_HW_RT_DIGIT{1,2})$ ]] &&
+         ((10#${BASH_REMATCH[2]} <= 32)); then
+        IFS=. read -r -a octets <<< "${item%/*}"
+        for o in "${octets[@]}"; do ((10#$o <= 255)) || item=''; done
+        [ -n "$item" ] && continue
+      elif [[ $item =~ ^[0123456789abcdefABCDEF:]*:[0123456789abcdefABCDEF:]*/($_HW_RT_DIGIT{1,3})$ ]] &&
+           ((10#${BASH_REMATCH[1]} <= 128)); then
+        continue
+      fi
+    elif [ "${#item}" -le 15 ] && [ -n "$item" ] && [[ $item != *$_HW_RT_IFNAME* ]] &&
+         [[ $item != -* && $item != . && $item != .. ]]; then
+      continue  # the kernel's IFNAMSIZ: at most 15 characters
+    fi
+    _hw_rt_fail '{var}={value!r} is not a list of interface names or subnets: give names such as eth0 or subnets such as 10.0.0.0/24, separated by commas' var "$var" value "$value"
+    return 1
+  done
+  HW_RT_VALUE=$value
+}
+
+# hw_rt_address VAR VALUE: a host name (RFC 1123, so an IPv4 address too) or an IPv6 address.
+# shellcheck disable=SC2317,SC2329,SC2034  # the PyTorch launch uses it and HW_RT_VALUE; verify does not
+hw_rt_address() {
+  local var=$1 value
+  HW_RT_VALUE=''
+  _hw_rt_strip value "$2"
+  [ -n "$value" ] || return 0
+  if ! _hw_rt_valid "$value" &&
+     ! [[ ${#value} -le 45 && $value =~ ^[0123456789abcdefABCDEF:.]*:[0123456789abcdefABCDEF:.]*$ ]]; then
+    _hw_rt_fail "{var}={value!r} is not a host name or an IP address: use letters, digits, '-' and '.', or an address such as 10.0.0.1" var "$var" value "$value"
+    return 1
+  fi
+  HW_RT_VALUE=$value
+}
+
+# hw_rt_port VAR VALUE: a TCP port, 1 to 65535, ASCII digits (matched before any arithmetic).
+# shellcheck disable=SC2317,SC2329,SC2034  # the PyTorch launch uses it and HW_RT_VALUE; verify does not
+hw_rt_port() {
+  local var=$1 value
+  HW_RT_VALUE=''
+  _hw_rt_strip value "$2"
+  [ -n "$value" ] || return 0
+  if ! [[ $value =~ ^$_HW_RT_DIGIT{1,5}$ ]] || ((10#$value < 1 || 10#$value > 65535)); then
+    _hw_rt_fail '{var}={value!r} is not a TCP port: give a number from 1 to 65535' var "$var" value "$value"
+    return 1
+  fi
+  HW_RT_VALUE=$((10#$value))
 }
 
 # hw_rt_route_dev HOST -> HW_RT_DEV, HW_RT_ADDR: the interface the route to HOST's address

@@ -84,6 +84,14 @@ CASES: Dict[str, Case] = {
     "peers-too-many": (PLAN + ["--peers", " ".join(f"n{i}" for i in range(33))], {}, {}),
     "peers-backtick": (APPLY + ["--peers", "`touch {tmp}/pwned`"], {}, {}),
     "peers-newline": (PLAN + ["--peers", "job-*\nMatch all"], {}, {}),
+    # a value that starts with '-' becomes an option of the command it reaches (ssh -G PATTERN)
+    "peers-leading-dash": (PLAN + ["--peers=-oProxyCommand"], {}, {}),
+    "peers-leading-dash-second": (APPLY + ["--peers", "job-* -oProxyCommand"], {}, {}),
+    "export-peers-leading-dash": (["export", *MPI_TCP, "--format", "setup", "--peers=-v"], {},
+                                  {}),
+    "hosts-leading-dash-second": (VERIFY + ["--hosts", "node1,-oProxyCommand"], {}, {}),
+    "env-hosts-leading-dash": (VERIFY, {"HOSTS": "-v"}, {}),
+    "user-leading-dash": (APPLY + ["--user=-v"], {}, {}),
     # the job's hosts the SSH client settings are derived from (no --peers)
     "env-hosts-for-peers-shell": (PLAN, {"HOSTS": "node1;touch {tmp}/pwned"}, {}),
     "env-slurm-for-peers-bracket": (APPLY, {"SLURM_JOB_NODELIST": "node[1-"}, {}),
@@ -105,6 +113,9 @@ CASES: Dict[str, Case] = {
     "hostfile-quote": (VERIFY + ["--hostfile", "{tmp}/hf"], {}, {"hf": b"node1\nnode'2 slots=1\n"}),
     "hostfile-empty": (VERIFY + ["--hostfile", "{tmp}/hf"], {}, {"hf": b"# nothing\n"}),
     "hostfile-binary": (VERIFY + ["--hostfile", "{tmp}/hf"], {}, {"hf": b"\x00\xff\xfe\n"}),
+    # bash's read drops a NUL: 'node1<NUL>node2' was one host 'node1node2'
+    "hostfile-nul": (VERIFY + ["--hostfile", "{tmp}/hf"], {}, {"hf": b"node1\x00node2\n"}),
+    "env-hostfile-nul": (VERIFY, {"HOSTFILE": "{tmp}/hf"}, {"hf": b"node1\nnode2\x00\n"}),
     # URLs and sha256 values
     "url-ftp": (["plan", *MPI_IB, "--ucx-url", "ftp://example.org/ucx.deb"], {}, {}),
     "url-quote": (["plan", *MPI_IB, "--ucx-url", "https://example.org/u'x.deb"], {}, {}),
@@ -151,6 +162,19 @@ CASES: Dict[str, Case] = {
                             {"f": b"x"}),
     "export-onto-directory": (["export", *MPI_TCP, "--format", "setup", "-o", "{tmp}"], {}, {}),
     "diagnose-missing": (["diagnose", "{tmp}/no-such.log"], {}, {}),
+    # where the lock, records and logs go: under a file, a file, a directory nobody writes
+    "state-dir-under-dev-null": (APPLY, {"HPCWIZARD_STATE_DIR": "/dev/null/x"}, {}),
+    "state-dir-under-a-file": (APPLY, {"HPCWIZARD_STATE_DIR": "{tmp}/f/state"}, {"f": b"x"}),
+    "state-dir-a-file": (APPLY, {"HPCWIZARD_STATE_DIR": "{tmp}/f"}, {"f": b"x"}),
+    "state-dir-records-a-file": (APPLY, {"HPCWIZARD_STATE_DIR": "{tmp}/s"},
+                                 {"s/records": b"x"}),
+    "state-dir-unwritable": (APPLY, {"HPCWIZARD_STATE_DIR": "/proc/1/state"}, {}),
+    "xdg-state-home-under-a-file": (APPLY, {"HPCWIZARD_STATE_DIR": "",
+                                            "XDG_STATE_HOME": "{tmp}/f/state"}, {"f": b"x"}),
+    "state-dir-on-undo": (["undo", "{tmp}/r.toml", "--yes"], {"HPCWIZARD_STATE_DIR": "/dev/null/x"},
+                          {"r.toml": GOOD_RECORD.encode()}),
+    "record-under-dev-null": (APPLY + ["--record", "/dev/null/x/r.toml"], {}, {}),
+    "record-under-a-file": (APPLY + ["--record", "{tmp}/f/r.toml"], {}, {"f": b"x"}),
     # environment read at plan time
     "env-apt-lock-timeout": (PLAN, {"HPCWIZARD_APT_LOCK_TIMEOUT": "soon"}, {}),
     "env-apt-lock-timeout-shell": (APPLY, {"HPCWIZARD_APT_LOCK_TIMEOUT": "1;touch /tmp/pwned"}, {}),
@@ -290,13 +314,14 @@ def test_cli_bad_input(case: str, tmp_path: Path) -> None:
         if body is FIFO:  # nobody writes to it: a reader that opens it blocking hangs
             os.mkfifo(work / name)
         else:
+            (work / name).parent.mkdir(parents=True, exist_ok=True)
             (work / name).write_bytes(body.replace(b"{tmp}", str(work).encode()))
     argv = [a.replace("{tmp}", str(work)) for a in argv]
     env = {k: v.replace("{tmp}", str(work)) for k, v in env.items()}
     state = tmp_path / "state"
     before = snapshot(*ROOTS)
     listing = sorted(os.listdir(work))
-    full_env = dict(os.environ, HPCWIZARD_STATE_DIR=str(state), **env)
+    full_env = {**os.environ, "HPCWIZARD_STATE_DIR": str(state), **env}
     # 20 s: each case is refused in well under a second; a hang fails fast
     proc = subprocess.run([wizard_exe(), *argv], stdin=subprocess.DEVNULL, capture_output=True,
                           text=True, timeout=20, cwd=str(work), env=full_env)
@@ -317,6 +342,9 @@ def test_cli_bad_input(case: str, tmp_path: Path) -> None:
 # what some refusals must say (the table above holds them to one line and exit 2)
 SAYS = {
     "export-under-a-file": "/f is not a directory: ",
+    "peers-leading-dash": "not starting with '-'",
+    "record-under-a-file": "/f is not a directory",
+    "hostfile-nul": "holds a NUL byte",
     "hosts-brace-list": "--hosts: the brace list {1,2} is not supported",
     "hosts-twice-in-another-case": "--hosts names NODE1 twice: node1 and NODE1 are one host",
     "user-empty": "argument --user: the value is empty",

@@ -174,6 +174,11 @@ def test_hostfile_env_and_bad_names(tmp_path):
     assert r.returncode == 2 and "not valid" in r.stderr
     r = _run(tmp_path, launch_script(plan("pytorch", "tcp")), fk["env"], ["x.py"])
     assert r.returncode == 2 and "no hosts" in r.stderr
+    hf.write_bytes(b"a\0b\n")  # bash's read drops the NUL: one host 'ab', -np 1
+    r = _run(tmp_path, launch_script(plan("mpi", "tcp")), fk["env"],
+             ["--hostfile", str(hf), "--", "./a.out"])
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].endswith(
+        "holds a NUL byte: a hostfile is text, one host a line"), r.stderr
 
 
 def test_unreachable_peer_bounded(tmp_path):
@@ -399,3 +404,66 @@ def test_mpi_refuses_zero_ranks(tmp_path, var):
     assert r.returncode == 2 and not fk["log"].exists(), r.stderr
     assert r.stderr.strip().splitlines()[-1].endswith(f"{var}='0' is not a number from 1 to "
                                                       + ("65536" if var == "SLOTS" else "268435456"))
+
+
+# --- values from the environment that reach a command line (issue 28) -------------------------
+# (framework, variable, value, what the command gets or, for a refusal, None): mpirun puts
+# TCP_IFACE on orted's command line in double quotes, torchrun gets the rendezvous. A refused
+# value ends the script with one line naming the variable, before anything waits or starts.
+ENV_VALUES = [
+    ("mpi", "TCP_IFACE", "eth0", "--mca btl_tcp_if_include eth0"),
+    ("mpi", "TCP_IFACE", "ens5.100,ib0", "--mca btl_tcp_if_include ens5.100,ib0"),
+    ("mpi", "TCP_IFACE", "10.0.0.0/24,192.168.1.0/24", "btl_tcp_if_include 10.0.0.0/24,192"),
+    ("mpi", "TCP_IFACE", "fd00::/64", "--mca btl_tcp_if_include fd00::/64"),
+    ("mpi", "TCP_IFACE", "eth0,$(touch {pwned})", None),
+    ("mpi", "TCP_IFACE", "`touch {pwned}`", None),
+    ("mpi", "TCP_IFACE", "eth0;touch {pwned}", None),
+    ("mpi", "TCP_IFACE", "-oProxyCommand=x", None),
+    ("mpi", "TCP_IFACE", "eth0 eth1", None),
+    ("mpi", "TCP_IFACE", "eth0,,eth1", None),
+    ("mpi", "TCP_IFACE", "averyveryverylongname0", None),
+    ("mpi", "TCP_IFACE", "10.0.0.0/33", None),
+    ("mpi", "TCP_IFACE", "300.0.0.0/8", None),
+    ("mpi", "TCP_IFACE", "eth0\n$(touch {pwned})", None),
+    ("pytorch", "MASTER_ADDR", "10.0.0.1", "--master-addr=10.0.0.1 "),
+    ("pytorch", "MASTER_ADDR", "node01", "--master-addr=node01 "),
+    ("pytorch", "MASTER_ADDR", "fd00::1", "--master-addr=fd00::1 "),
+    ("pytorch", "PET_MASTER_ADDR", "node01.svc", "--master-addr=node01.svc "),
+    ("pytorch", "MASTER_ADDR", "$(touch {pwned})", None),
+    ("pytorch", "MASTER_ADDR", "-oProxyCommand=x", None),
+    ("pytorch", "MASTER_ADDR", "a b", None),
+    ("pytorch", "PET_MASTER_ADDR", "x;touch {pwned}", None),
+    ("pytorch", "MASTER_PORT", "23456", "--master-port=23456 "),
+    ("pytorch", "PET_MASTER_PORT", "29400", "--master-port=29400 "),
+    ("pytorch", "MASTER_PORT", "1;touch {pwned}", None),
+    ("pytorch", "MASTER_PORT", "a[$(touch {pwned})]", None),
+    ("pytorch", "MASTER_PORT", "0", None),
+    ("pytorch", "MASTER_PORT", "65536", None),
+    ("pytorch", "PET_MASTER_PORT", "²²", None),
+    ("mpi", "NODE_RANK", "a[$(touch {pwned})]", None),
+    ("pytorch", "PET_NODE_RANK", "-1", None),
+    ("pytorch", "NODE_RANK", "0", "--node-rank=0 "),
+]
+
+
+@pytest.mark.parametrize("framework,var,value,want", ENV_VALUES,
+                         ids=[f"{v}={x!r}" for _f, v, x, _w in ENV_VALUES])
+def test_environment_values_reaching_a_command_line_are_checked(tmp_path, framework, var,
+                                                                 value, want):
+    fk = _fakes(tmp_path, "node01", HOSTS)
+    pwned = tmp_path / "pwned"
+    value = value.replace("{pwned}", str(pwned))
+    env = {**fk["env"], "HOSTS": "node01,node02", var: value}
+    program = ["--", "./a.out"] if framework == "mpi" else ["x.py"]
+    r = _run(tmp_path, launch_script(plan(framework, "tcp")), env, program)
+    assert not pwned.exists()
+    calls = fk["log"].read_text() if fk["log"].exists() else ""
+    if want is not None:
+        assert r.returncode == 0, r.stderr
+        assert want in calls, calls
+        return
+    assert r.returncode == 2, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("launch[node01]: " + var + "=") and "Traceback" not in r.stderr, last
+    assert " is not " in last
+    assert "ssh" not in calls and "mpirun" not in calls and "torchrun" not in calls, calls

@@ -189,7 +189,7 @@ def test_the_plan_uses_and_keeps_the_derived_peers(catalog):
     assert plan.to_dict()["choices"]["peers"] == "node??"  # what the record keeps
     steps = {s.id: s for s in plan.steps}
     client = steps["ssh/client-config"]
-    assert "\nHost node??\n" in client.run and "--in-effect 'ssh -G nodexx'" in client.run
+    assert "\nHost node??\n" in client.run and "--in-effect 'ssh -G -- nodexx'" in client.run
     assert "from SLURM_JOB_NODELIST, 16 hosts" in client.note
     assert "SLURM_JOB_NODELIST" in client.i18n["zh"]["note"]
     assert "'[node??]:2222,[127.0.0.1]:2222'" in steps["ssh/known-hosts"].run

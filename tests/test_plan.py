@@ -249,7 +249,7 @@ def test_port_user_and_peers_appear_in_the_steps(users):
     assert "--port 2345" in steps["ssh/sshd-start"].check
     client = steps["ssh/client-config"].run
     assert "\nHost node-*\n" in client and "\n    Port 2345\n" in client
-    assert "--in-effect 'ssh -G node-hpcwizard-peer'" in client
+    assert "--in-effect 'ssh -G -- node-hpcwizard-peer'" in client
     assert "/home/bob/.ssh/id_ed25519" in client
     assert "bob@hpcwizard" in steps["ssh/user-key"].run
     assert "/home/bob/.ssh/hpcwizard_host_ed25519_key.pub" in steps["ssh/known-hosts"].run

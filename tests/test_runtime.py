@@ -142,7 +142,13 @@ def test_every_refusal_of_the_library_is_in_the_catalogue():
                 "sshd did not start listening on port {port}",
                 "{host}: {what} not ready after {tries} tries",
                 "SLOTS={value!r} is not a number from 1 to {max}",
-                "NP={value!r} is not a number from 1 to {max}"}
+                "NP={value!r} is not a number from 1 to {max}",
+                # the launch script's alone, as SLOTS and NP
+                "{var}={value!r} is not a list of interface names or subnets: give names such "
+                "as eth0 or subnets such as 10.0.0.0/24, separated by commas",
+                "{var}={value!r} is not a host name or an IP address: use letters, digits, "
+                "'-' and '.', or an address such as 10.0.0.1",
+                "{var}={value!r} is not a TCP port: give a number from 1 to 65535"}
     assert said - internal == set(runtime.MESSAGES)
 
 

@@ -159,3 +159,42 @@ def test_host_keys_off_is_a_warning_in_the_tui(tmp_path: Path) -> None:
     assert "not checked" in seen.get("RecommendScreen", ""), "Recommend shows no warning"
     review = seen.get("ReviewScreen", "")
     assert "NOT" in review and "checked" in review, "Review shows no warning"
+
+
+# --- names from the environment (issue 28) ------------------------------------------------------
+
+def _no_entry(key):
+    raise KeyError(f"no passwd entry: {key}")
+
+
+@pytest.mark.parametrize("var", ["USER", "LOGNAME"])
+def test_a_user_name_from_the_environment_is_held_to_the_user_rule(var, monkeypatch, tmp_path):
+    """A uid without a passwd entry is named from USER, else LOGNAME; the name lands in the
+    exported setup and launch scripts, so a name --user refuses is not taken."""
+    from _core_fixtures import facts
+    from hpcwizard import validate
+    from hpcwizard.catalog import load_catalog
+    from hpcwizard.choices import make_choices
+    from hpcwizard.detect import user as user_probe
+    from hpcwizard.detect.base import Context, Found
+    from hpcwizard.export import setup_script
+    from hpcwizard.launch import launch_script
+    from hpcwizard.plan import build_plan
+
+    monkeypatch.setattr(user_probe.os, "getuid", lambda: 12345)
+    monkeypatch.setattr(user_probe.pwd, "getpwuid", _no_entry)
+    monkeypatch.setattr(user_probe.pwd, "getpwnam", _no_entry)
+    monkeypatch.delenv("USER" if var == "LOGNAME" else "LOGNAME", raising=False)
+    pwned = tmp_path / "PWNED"
+    for value in [*payloads(pwned), "-oProxyCommand=x", "Bob", "a" * 33, "x\ty"]:
+        with pytest.raises(validate.BadInput):  # the table holds names --user refuses
+            validate.user_name(value)
+        monkeypatch.setenv(var, value)
+        found = Found()
+        user_probe.probe(Context(sysroot="/", run_commands=False), found)
+        user = found.values["user"]
+        assert user.name == "unknown", f"{var}={value!r} became the user's name"
+        plan = build_plan(facts(user=user), make_choices(framework="mpi", network="tcp"),
+                          load_catalog())
+        for script in (setup_script(plan), launch_script(plan)):
+            assert value not in script

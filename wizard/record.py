@@ -78,6 +78,30 @@ def state_dir() -> Path:
     return user_state_path("hpcwizard")
 
 
+def unwritable_dir(path: Path) -> str:
+    """Why no file can be written in the directory path (made as needed), or "": a path
+    under a file, a file, or a directory this user cannot write to (read-only too)."""
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing) and existing != os.path.dirname(existing):
+        existing = os.path.dirname(existing)  # /dev/null/x: stat says ENOTDIR, not "a file"
+    if not os.path.isdir(existing):
+        return _("{path} is not a directory").format(path=existing)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return _("{path} is not writable by you").format(path=existing)
+    return ""
+
+
+def check_state_dir(base: Optional[Path] = None) -> None:
+    """Refuse, before a run changes anything, a state directory that cannot hold its lock,
+    records and logs: else the first write ends the run in a traceback."""
+    where = Path(base) if base is not None else state_dir()
+    problem = unwritable_dir(where / "records")
+    if problem:
+        raise BadInput(_("state directory {path} cannot be used: {problem} (set "
+                         "HPCWIZARD_STATE_DIR to a directory you can write to)").format(
+            path=where, problem=problem), "state")
+
+
 def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).astimezone().isoformat(timespec="seconds")
 
@@ -165,10 +189,11 @@ def new_record_path(path: Path) -> Path:
     for taken in (path, path.with_suffix(".log")):
         if os.path.lexists(taken):
             raise RecordExists(_exists_message(path, taken))
+    problem = unwritable_dir(path.parent)
     parent = path.parent
-    while not parent.exists() and parent != parent.parent:
+    while not os.path.exists(parent) and parent != parent.parent:
         parent = parent.parent  # write_private creates the rest, 0700
-    problem = _directory_problem(os.path.realpath(parent), os.geteuid())
+    problem = problem or _directory_problem(os.path.realpath(parent), os.geteuid())
     if problem:
         raise BadInput(_("record {path} cannot go there: {problem}; give a path in a "
                          "directory only you can change").format(path=path, problem=problem))

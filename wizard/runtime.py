@@ -94,6 +94,7 @@ MESSAGES = (
     N_("{what} {path} is not a regular file ({kind})"),
     N_("{what} {path} cannot be read: {error}"),
     N_("{what} {path} is larger than {limit}"),
+    N_("{what} {path} holds a NUL byte: a hostfile is text, one host a line"),
     N_("line {line}: the count in {field!r} is not a number from 1 to {max}"),
     N_("line {line}: more than {max} hosts"),
     N_("{var} {value!r} is not a positive number"),

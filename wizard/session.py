@@ -186,6 +186,9 @@ class Session:
 
     def preflight(self, action: str = "apply") -> None:
         """What refuses an action before it changes anything, the sudo password apart."""
+        from .record import check_state_dir
+
+        check_state_dir(self._state_dir)  # the lock's, and a new record's, directory
         pending = self._pending(action)
         refuse_without_passwd_entry(self.runner, pending)
         why = no_sudo_here(self.facts.user) if self.facts is not None else ""

@@ -26,8 +26,9 @@ class BadInput(ValueError):
 _USER = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
 # RFC 1123 host names: labels of letters, digits and inner hyphens, dots between.
 _LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
-# ssh_config Host patterns: host-name characters plus the wildcards * and ?.
-_PATTERN = re.compile(r"^[A-Za-z0-9.*?_-]{1,253}$")
+# ssh_config Host patterns: host-name characters plus the wildcards * and ?; never a leading
+# '-', which the check `ssh -G PATTERN` would read as an option (-oProxyCommand=...).
+_PATTERN = re.compile(r"^(?!-)[A-Za-z0-9.*?_-]{1,253}$")
 _SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
 # http(s) URLs of RFC 3986 characters, minus the single quote: the plan puts a URL inside
 # single quotes in shell text, so nothing else in it can end the quoting or expand.
@@ -90,7 +91,7 @@ def host_pattern(value: str) -> str:
     if not _PATTERN.fullmatch(value or ""):
         raise BadInput(_(
             "host pattern {value!r} is not valid: use host-name characters and the wildcards "
-            "* and ?, e.g. 'job-*'").format(value=value), "peers")
+            "* and ?, not starting with '-', e.g. 'job-*'").format(value=value), "peers")
     return value
 
 

@@ -72,6 +72,37 @@ def test_launch_script_runs_an_mpi_job_on_three_instances(setup):
         assert "hosts from HOSTS: node1 node2 node3 (this is node2, rank 1 of 3)" in res["node2"][2]
 
 
+# TCP_IFACE reaches orted's command line on the other instance, inside double quotes: the
+# forms Open MPI takes run the job; one with a command in it is refused on every instance
+# before sshd starts or mpirun runs, and the command runs nowhere.
+TCP_IFACES = {"name": ("eth0", True), "subnet": ("10.78.0.0/24", True),
+              "command": ("eth0,$(touch {marker})", False)}
+
+
+@pytest.mark.parametrize("case", list(TCP_IFACES))
+def test_launch_script_tcp_iface_on_two_instances(setup, case):
+    value, runs = TCP_IFACES[case]
+    env = setup["env"]
+    with VCluster(2) as c:
+        start_nodes(c)
+        script = export(c, env, "mpi")
+        marker = c.tmp / "tcp-iface-ran"
+        run_env = dict(env, HOSTS="node1,node2", WAIT_TRIES="6", WORKER_TIMEOUT="150",
+                       TCP_IFACE=value.replace("{marker}", str(marker)))
+        argv = ["bash", script, "--", "hostname"]
+        procs = {n: start(c, n, argv, run_env) for n in ("node2", "node1")}
+        res = finish(procs)
+        report = "".join(f"\n--- {n}: exit {rc}\n{so}\n{se}" for n, (rc, so, se) in res.items())
+        assert not marker.exists(), report
+        if runs:
+            assert all(rc == 0 for rc, _, _ in res.values()), report
+            assert f"TCP interface {value}, from TCP_IFACE" in res["node1"][2], report
+            return
+        for rc, _so, se in res.values():
+            assert rc == 2 and "TCP_IFACE=" in se.strip().splitlines()[-1], report
+            assert "mpirun" not in se, report
+
+
 def test_launch_script_torchrun_gloo_allreduce_on_two_instances(setup):
     probe = subprocess.run(["python3", "-c", "import torch.distributed"], capture_output=True,
                            text=True)

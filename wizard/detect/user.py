@@ -26,6 +26,7 @@ import os
 import pwd
 from typing import Optional, Tuple
 
+from .. import validate
 from ..facts import UserInfo
 from .base import Context, Found
 from .commands import SUDO_VALIDATE
@@ -81,9 +82,14 @@ def classify_sudo(true: Optional[Result], validate: Optional[Result] = None) -> 
 def fallback_name(uid: int) -> str:
     """The name of a uid that has no passwd entry: from the environment, else "unknown".
     Never another user's name (an image's ENV USER=root run with --user 12345): the plan
-    would take that user for this one."""
+    would take that user for this one. A name is held to --user's rule (validate.user_name):
+    it lands in the exported scripts, and a newline in it would start a line of its own."""
     for name in (os.environ.get("USER"), os.environ.get("LOGNAME")):
         if not name:
+            continue
+        try:
+            validate.user_name(name)
+        except validate.BadInput:
             continue
         try:
             if pwd.getpwnam(name).pw_uid != uid:

@@ -113,6 +113,10 @@ _MPI = r'''
 hw_rt_slots "${SLOTS:-}" "${NP:-}" || die "$HW_RT_ERROR"
 SLOTS_OF=$(IFS=,; printf '%s' "${HW_RT_HOST_SLOTS[*]}")
 NP=$HW_RT_NP
+# TCP_IFACE reaches orted's command line on every instance, in double quotes: checked here,
+# before sshd starts or a peer is waited for.
+hw_rt_iface TCP_IFACE "${TCP_IFACE:-}" || die "$HW_RT_ERROR"
+TCP_IFACE=$HW_RT_VALUE
 DONE="$RUN_DIR/done.$ME"
 # A worker clears an earlier run's end-of-job marker before its sshd can let the master in:
 # the master may run a short job and write this run's marker during the peer waits below.
@@ -199,12 +203,21 @@ exit "$rc"
 '''
 
 _TORCH = r'''
+# torchrun's rendezvous: MASTER_ADDR, else PET_MASTER_ADDR (Kubeflow's TrainJob sets only
+# the PET_ names, torchrun's own: it reads PET_<OPTION>), else the first host; the port
+# likewise, else 29500. Each value set is checked before anything waits or starts.
+MASTER=$FIRST MPORT=29500
+for v in PET_MASTER_ADDR MASTER_ADDR; do  # the later wins
+  hw_rt_address "$v" "${!v:-}" || die "$HW_RT_ERROR"
+  if [ -n "$HW_RT_VALUE" ]; then MASTER=$HW_RT_VALUE; fi
+done
+for v in PET_MASTER_PORT MASTER_PORT; do
+  hw_rt_port "$v" "${!v:-}" || die "$HW_RT_ERROR"
+  if [ -n "$HW_RT_VALUE" ]; then MPORT=$HW_RT_VALUE; fi
+done
 for h in "${NAMES[@]}"; do
   if [ "$h" != "$ME" ]; then hw_rt_wait "$h" "$WAIT_TRIES" || die "the name $h does not resolve"; fi
 done
-# Kubeflow's TrainJob sets only the PET_ names (torchrun's own: it reads PET_<OPTION>).
-MASTER=${MASTER_ADDR:-${PET_MASTER_ADDR:-$FIRST}}
-MPORT=${MASTER_PORT:-${PET_MASTER_PORT:-29500}}
 NPROC=${NPROC_PER_NODE:-} NPROC_FROM=NPROC_PER_NODE
 if [ -z "$NPROC" ] && [ -n "${PET_NPROC_PER_NODE:-}" ]; then
   NPROC=$PET_NPROC_PER_NODE NPROC_FROM=PET_NPROC_PER_NODE

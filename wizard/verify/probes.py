@@ -165,7 +165,7 @@ class SshInEffect(Probe):
     user: str = ""
 
     def argv(self) -> Tuple[str, ...]:
-        return (*as_user(self.user), "ssh", "-G", self.host)
+        return (*as_user(self.user), "ssh", "-G", "--", self.host)
 
 
 # --- this instance's software and devices -------------------------------------------------
