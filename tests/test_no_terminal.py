@@ -30,7 +30,8 @@ from typing import Callable, List, Tuple
 
 import pytest
 
-from hpcwizard import export, ops, proc, session
+from hpcwizard import ops, proc, session
+from hpcwizard.render import setup as setup_render
 from hpcwizard.apply import ShellRunner
 from hpcwizard.verify.probes import SshInEffect, TorchImport
 from hpcwizard.verify.system import System
@@ -100,7 +101,7 @@ def test_every_route_to_another_user_starts_without_our_terminal(route, monkeypa
 
 def _setup_prelude(user: str = "bob") -> str:
     """The setup script's functions, as the export writes them."""
-    return (export.setup_script.__globals__["_PRELUDE"].replace("__TARGET__", user)
+    return (setup_render._PRELUDE.replace("__TARGET__", user)
             .replace("__DETACHED__", shlex.quote(proc.DETACHED)))
 
 
