@@ -177,8 +177,7 @@ def test_a_user_name_from_the_environment_is_held_to_the_user_rule(var, monkeypa
     from hpcwizard.choices import make_choices
     from hpcwizard.detect import user as user_probe
     from hpcwizard.detect.base import Context, Found
-    from hpcwizard.export import setup_script
-    from hpcwizard.launch import launch_script
+    from hpcwizard.export import launch_script, setup_script
     from hpcwizard.plan import build_plan
 
     monkeypatch.setattr(user_probe.os, "getuid", lambda: 12345)
