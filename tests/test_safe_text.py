@@ -10,6 +10,7 @@ from hpcwizard.apply import StepOutput
 from hpcwizard.cli import main
 from hpcwizard.diagnose import MATCH_LIMIT, diagnose, signatures
 from hpcwizard.report import ConsoleSink
+from hpcwizard import validate
 from hpcwizard.report_verify import check_text
 from hpcwizard.safe_text import LINE_LIMIT, visible
 from hpcwizard.verify.results import Check
@@ -81,3 +82,15 @@ def test_verify_shows_remote_output_safe():
     text = "\n".join(check_text(c))
     assert "\x1b" not in text and "\\x1b[2J" in text and "\\x1b[31mred" in text
     assert len(text) < 2 * LINE_LIMIT
+
+
+@pytest.mark.parametrize("check", [validate.user_name, validate.host_name, validate.host_pattern,
+                                   validate.sha256, validate.url, validate.port,
+                                   lambda v: validate.choice("framework", v, ("mpi",))])
+def test_a_refusal_quotes_a_pasted_value_cut(check):
+    """A 10,000-character paste is refused at its field (TUI) or in one line (CLI) without
+    repeating all of it."""
+    with pytest.raises(validate.BadInput) as exc:
+        check("\u00e9" * 10_000)
+    message = str(exc.value)
+    assert len(message) < LINE_LIMIT + 300 and f"(+{10_000 - LINE_LIMIT})" in message

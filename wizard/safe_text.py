@@ -25,9 +25,16 @@ def _escape(m: "re.Match[str]") -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
+def cut(value: object, limit: int = LINE_LIMIT) -> object:
+    """A text longer than `limit`: its start, an ellipsis and how many characters were left
+    out (a refusal quotes a pasted value without repeating all of it); anything else as is."""
+    if isinstance(value, str) and len(value) > limit:
+        return f"{value[:limit]}… (+{len(value) - limit})"
+    return value
+
+
 def visible(text: str, limit: int = LINE_LIMIT) -> str:
     """text with every control character shown as an escape (tab kept), cut to `limit`
     characters of the original (so an escape never is cut in half)."""
-    shown = text[:limit] if len(text) > limit else text
-    safe = _UNSAFE.sub(_escape, shown)
+    safe = _UNSAFE.sub(_escape, text[:limit])
     return f"{safe}… (+{len(text) - limit})" if len(text) > limit else safe
