@@ -41,6 +41,7 @@
 # KEY.prev (what to put back) and KEY.pending (sha256 of the change).
 
 HW_BEGIN='# BEGIN hpcwizard'
+HW_FILE_LIMIT=1048576  # bytes: a configuration file larger is refused, not read (sed, ssh -G)
 HW_END='# END hpcwizard'
 
 _hw_say() { printf 'hpcwizard: %s\n' "$*" >&2; }
@@ -70,12 +71,13 @@ _hw_tidy() {
 # _hw_put SRC DEST MODE [UID GID]: SRC's bytes become DEST in one rename.
 _hw_put() {
   local src=$1 dest=$2 mode=$3 tmp
-  tmp=$(mktemp "$(dirname -- "$dest")/.hpcwizard.XXXXXX")
+  tmp=$(mktemp "$(dirname -- "$dest")/.hpcwizard.XXXXXX") || return 1
   if ! { cat -- "$src" > "$tmp" && chmod "$mode" "$tmp"; }; then
     rm -f -- "$tmp"; return 1
   fi
   if [ $# -ge 5 ]; then chown "$4:$5" "$tmp" 2>/dev/null || true; fi
-  mv -f -- "$tmp" "$dest"
+  # -T: DEST a directory is a failure, not a move into it
+  mv -f -T -- "$tmp" "$dest" || { rm -f -- "$tmp"; return 1; }
 }
 
 # _hw_put_like SRC DEST: SRC becomes DEST with DEST's own mode and owner (new file: 0600).
@@ -101,19 +103,48 @@ _hw_start() {
   mode=${HW_MODE:-run}
   case $mode in check|run|undo|diff) ;; *) _hw_die "HW_MODE=$mode: use check, run, undo or diff" ;; esac
   real=$(realpath -m -- "$path")
-  if [ "$mode" = run ] || [ "$mode" = undo ]; then _hw_own_link; fi
   state=$(_hw_state_dir)
   _hw_hash key "$real" 16
   key=$state/$key
-  work=$(mktemp -d)
-  # shellcheck disable=SC2064
-  trap "rm -rf -- '$work'" EXIT
+  # nothing remembered for this file: the run changed nothing (refused, or never reached
+  # it), so undo has nothing to take back, whatever the file has become since
+  if [ "$mode" = undo ] && ! compgen -G "$key.*" > /dev/null; then
+    _hw_say "$path: nothing to take back (hpcwizard did not change it)"
+    exit 0
+  fi
+  if [ "$mode" = run ] || [ "$mode" = undo ]; then _hw_own_link; fi
+  _hw_plain_file
+  _hw_work
   new=$work/new
   if [ "$mode" = undo ]; then : > "$new"; else cat > "$new"; fi
   if [ "$mode" = run ] || [ "$mode" = undo ]; then
     install -d -m 0700 -- "$state"
     _hw_sweep "$real"
     rm -f -- "$key".*.tmp
+  fi
+}
+
+# work: a private temporary directory, gone however the operation ends (a kill -9 aside):
+# bash runs no EXIT trap for a signal it does not catch, so TERM, INT and HUP become exits.
+_hw_work() {
+  work=$(mktemp -d) || _hw_die "cannot make a temporary directory; nothing was changed"
+  # shellcheck disable=SC2064
+  trap "rm -rf -- '$work'" EXIT
+  _hw_exit_on_signals
+}
+
+_hw_exit_on_signals() { trap 'exit 129' HUP; trap 'exit 130' INT; trap 'exit 143' TERM; }
+
+# The file changed is a regular file of a sane size, or absent: a directory or device in
+# its place, or a file of gigabytes, is refused before any temporary file is made.
+_hw_plain_file() {
+  local size
+  if [ -e "$real" ] && [ ! -f "$real" ]; then
+    _hw_die "$path is not a regular file ($(stat -c %F -- "$real" 2>/dev/null || echo unknown)): hpcwizard changes only regular files; nothing was changed"
+  fi
+  size=$(stat -c %s -- "$real" 2>/dev/null) || return 0
+  if [ "$size" -gt "$HW_FILE_LIMIT" ]; then
+    _hw_die "$path is $size bytes, more than a configuration file hpcwizard reads ($HW_FILE_LIMIT bytes): hpcwizard does not read or change it; nothing was changed"
   fi
 }
 
@@ -176,8 +207,8 @@ _hw_hold() {  # _hw_hold SUM_OF_CHANGE
 _hw_put_back() {
   if [ -e "$key.prev" ]; then
     local tmp
-    tmp=$(mktemp "$(dirname -- "$real")/.hpcwizard.XXXXXX")
-    cp -p -- "$key.prev" "$tmp" && mv -f -- "$tmp" "$real"
+    tmp=$(mktemp "$(dirname -- "$real")/.hpcwizard.XXXXXX") || return 1
+    { cp -p -- "$key.prev" "$tmp" && mv -f -T -- "$tmp" "$real"; } || { rm -f -- "$tmp"; return 1; }
   elif [ -e "$key.prev-absent" ]; then
     rm -f -- "$real"
   fi
@@ -444,6 +475,7 @@ hw_dropin() (
   contents=$(mktemp)
   # shellcheck disable=SC2064
   trap "rm -f -- '$contents'" EXIT
+  _hw_exit_on_signals
   if [ "${HW_MODE:-run}" != undo ]; then cat > "$contents"; fi
   [ -z "$validate" ] || args+=(--validate "$validate")
   [ -z "$in_effect" ] || args+=(--in-effect "$in_effect")
@@ -613,9 +645,7 @@ _hw_pkg_start() {  # sets pm timeout names mode state key work
   state=$(_hw_state_dir)
   _hw_hash key "$(printf '%s ' "$pm" "${names[@]}")" 12
   key=$state/packages-$key
-  work=$(mktemp -d)
-  # shellcheck disable=SC2064
-  trap "rm -rf -- '$work'" EXIT
+  _hw_work
   export DEBIAN_FRONTEND=noninteractive
 }
 

@@ -27,6 +27,7 @@ from textual.binding import Binding
 from hpcwizard.exit_codes import EXIT_OK
 from hpcwizard.i18n import _, get_language, set_language
 
+from .input_bytes import read_input_leniently
 from .messages import DetectFailed, FactsReady, RunEnded, RunEvents, VerifyChecked, VerifyEnded
 from .system import SystemScreen
 from .widgets import ConfirmScreen, KeysScreen, WizardScreen, keys_of, translate_bindings
@@ -561,6 +562,7 @@ def run_tui(frame: Optional[EarlyFrame] = None) -> int:
     facts_file = os.environ.get("HPCWIZARD_FACTS", "")
     facts = load_facts_file(facts_file) if facts_file else None
     forget_fixed_size()
+    read_input_leniently()
     app = WizardApp(facts=facts)
     if frame is not None:
         frame.hand_over()

@@ -13,6 +13,7 @@ from textual.widgets import Button, Log, ProgressBar, Static
 
 from hpcwizard.i18n import N_, _, field
 from hpcwizard.report import earlier_lines, status_word
+from hpcwizard.safe_text import visible
 
 from .widgets import WizardScreen, translate_bindings
 
@@ -179,7 +180,7 @@ class RunScreen(WizardScreen):
         total = len(self.titles)
         for ev in events:
             if isinstance(ev, StepOutput):
-                pending.append(f"  {ev.line}")
+                pending.append(f"  {visible(ev.line)}")
                 continue
             if pending:
                 log.write_lines(pending)

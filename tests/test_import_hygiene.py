@@ -157,7 +157,7 @@ def test_the_product_has_no_import_cycle():
 RENDER_MAY_IMPORT = {"hpcwizard", "hpcwizard.job", "hpcwizard.i18n", "hpcwizard.ops",
                      "hpcwizard.recipes", "hpcwizard.runtime", "hpcwizard.hosts",
                      "hpcwizard.validate", "hpcwizard.inputs", "hpcwizard.vocab",
-                     "hpcwizard.compat", "hpcwizard.proc"}
+                     "hpcwizard.compat", "hpcwizard.proc", "hpcwizard.safe_text"}
 
 
 def test_the_renderers_import_the_job_and_nothing_above_it():

@@ -222,10 +222,13 @@ def test_a_begin_without_end_is_refused_and_nothing_changes(tmp_path: Path) -> N
     f = tmp_path / "config"
     f.write_text("# BEGIN hpcwizard\nHost x\n# the user's own lines after it\n")
     before = tree(tmp_path)
-    for mode in ("run", "undo"):
-        ran = op(tmp_path, "hw_block config", "Host y\n", mode)
-        assert ran.returncode == 1 and "mend the block by hand" in ran.stderr
-        assert tree(tmp_path) == before
+    ran = op(tmp_path, "hw_block config", "Host y\n")
+    assert ran.returncode == 1 and "mend the block by hand" in ran.stderr
+    assert tree(tmp_path) == before
+    # the refused run changed nothing, so its undo has nothing to take back
+    undone = op(tmp_path, "hw_block config", mode="undo")
+    assert undone.returncode == 0 and "nothing to take back" in undone.stderr
+    assert tree(tmp_path) == before
 
 
 # --- hw_dropin ----------------------------------------------------------------------------
@@ -508,3 +511,83 @@ def test_packages_check_takes_alternatives_as_debian_does(tmp_path: Path) -> Non
     diffed = op(tmp_path, f"hw_packages apt {real} {none}", mode="diff")
     assert diffed.stdout == (f"install with apt: {real} "
                              "hpcwizard-no-such-package|hpcwizard-no-such-either\n"), diffed.stderr
+
+
+# --- odd files in the place of the one changed: refused before any temporary file ---------
+
+def _temps(tmp: Path) -> list:
+    """What an operation may leave behind: its work directories (TMPDIR) and its
+    .hpcwizard.XXXXXX files anywhere under tmp."""
+    return sorted(os.listdir(tmp / "tmpdir")) + sorted(
+        str(p.relative_to(tmp)) for p in tmp.rglob(".hpcwizard.*"))
+
+
+@pytest.mark.parametrize("call", ["hw_file .sshd_config --mode 0600",
+                                  "hw_block .sshd_config",
+                                  "hw_sshd_config --config .sshd_config"])
+def test_a_directory_in_the_place_of_the_file_is_refused_and_leaves_nothing(
+        tmp_path: Path, call: str) -> None:
+    (tmp_path / "tmpdir").mkdir()
+    (tmp_path / ".sshd_config").mkdir()
+    (tmp_path / ".sshd_config" / "inside").write_text("x\n")
+    before = tree(tmp_path)
+    env = {"TMPDIR": str(tmp_path / "tmpdir")}
+    ran = op(tmp_path, call, SSHD, env=env)
+    assert ran.returncode == 1 and "is not a regular file (directory)" in ran.stderr, ran
+    assert ran.stderr.startswith("hpcwizard: ") and "nothing was changed" in ran.stderr
+    assert tree(tmp_path) == before and _temps(tmp_path) == []
+    undone = op(tmp_path, call, mode="undo", env=env)
+    assert undone.returncode == 0 and "nothing to take back" in undone.stderr, undone
+    assert tree(tmp_path) == before and _temps(tmp_path) == []
+
+
+@pytest.mark.parametrize("mode", ["check", "run", "diff"])
+def test_a_huge_sparse_config_is_refused_up_front_in_one_line(tmp_path: Path, mode: str) -> None:
+    """3 GB of holes: sed gave up after a minute with 'regex input buffer length larger
+    than INT_MAX'; refused at once now, naming the bound."""
+    (tmp_path / "tmpdir").mkdir()
+    (tmp_path / ".ssh").mkdir()
+    config = tmp_path / ".ssh" / "config"
+    with open(config, "wb") as f:
+        f.truncate(3 << 30)
+    started = time.monotonic()
+    ran = op(tmp_path, "hw_block .ssh/config", "Host *\n  Port 2222\n", mode=mode,
+             env={"TMPDIR": str(tmp_path / "tmpdir")})
+    assert time.monotonic() - started < 20  # it reads none of the 3 GB
+    assert ran.returncode == 1, ran
+    assert ran.stderr.strip().splitlines() == [
+        f"hpcwizard: .ssh/config is {3 << 30} bytes, more than a configuration file "
+        "hpcwizard reads (1048576 bytes): hpcwizard does not read or change it; nothing was "
+        "changed"]
+    assert config.stat().st_size == 3 << 30 and _temps(tmp_path) == []
+
+
+@pytest.mark.parametrize("sig", ["TERM", "INT", "HUP"])
+def test_a_signal_mid_operation_leaves_no_temporary_directory(tmp_path: Path, sig: str) -> None:
+    """bash runs no EXIT trap for a signal it does not catch: the work directory stayed."""
+    (tmp_path / "tmpdir").mkdir()
+    # the validation's parent is the operation's own shell (hw_file runs in a subshell)
+    ran = op(tmp_path, f"hw_file x.conf --validate 'v=$BASHPID; kill -{sig} $(ps -o ppid= -p $v)'",
+             SSHD,
+             env={"TMPDIR": str(tmp_path / "tmpdir")})
+    assert ran.returncode == 128 + getattr(signal, f"SIG{sig}"), ran
+    assert os.listdir(tmp_path / "tmpdir") == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+@pytest.mark.parametrize("call", ["hw_file x.conf", "hw_block x.conf"])
+def test_undo_of_a_refused_change_says_nothing_changed_and_succeeds(
+        tmp_path: Path, call: str) -> None:
+    """A link to another user's file is refused (nothing written, nothing remembered): its
+    undo is no failure, and still touches nothing."""
+    theirs = tmp_path / "theirs.conf"
+    theirs.write_text("not yours\n")
+    os.chown(theirs, 65534, 65534)
+    (tmp_path / "x.conf").symlink_to(theirs)
+    before = tree(tmp_path)
+    ran = op(tmp_path, call, SSHD)
+    assert ran.returncode == 1 and "changes no other user's file through a link" in ran.stderr
+    undone = op(tmp_path, call, mode="undo")
+    assert undone.returncode == 0, undone
+    assert undone.stderr == "hpcwizard: x.conf: nothing to take back (hpcwizard did not change it)\n"
+    assert tree(tmp_path) == before and state_left(tmp_path) == []

@@ -196,3 +196,23 @@ def test_ctrl_c_before_textual_takes_over_leaves_the_early_frame(tmux, tmp_path)
     assert shown.split("\n")[1:3] == ["shell-line-one", "shell-line-two"]
     assert "Detecting this machine" not in shown and "KeyboardInterrupt" in shown
     assert _pane(tmux, "#{alternate_on}") == ["0"]
+
+
+@pytest.mark.parametrize("pasted", [["9b"], ["1b", "5b", "32", "30", "30", "7e", "61", "9b", "62",
+                                             "1b", "5b", "32", "30", "31", "7e"]],
+                         ids=["byte", "bracketed-paste"])
+def test_a_byte_that_is_not_utf8_does_not_end_the_wizard(tmux, tmp_path, pasted):
+    """0x9b alone or inside a bracketed paste: Textual's strict UTF-8 decoder raised
+    UnicodeDecodeError in its input thread and the wizard ended (exit status 0)."""
+    facts = write_facts(gpu_ib(sudo="none"), tmp_path / "facts.json")
+    command = (f"env HPCWIZARD_FACTS={facts} HPCWIZARD_STATE_DIR={tmp_path / 'state'} "
+               "hpcwizard; echo HPCWIZARD-EXIT=$?; sleep 60")
+    tmux("new-session", "-d", "-s", tmux.session, "-x", "80", "-y", "24", "-c", str(tmp_path),
+         command)
+    tmux.wait_for("mlx5_0:1")
+    tmux("send-keys", "-t", tmux.session, "-H", *pasted)
+    tmux("send-keys", "-t", tmux.session, "q")  # answered only by a wizard still running
+    shown = tmux.wait_for("Quit hpcwizard?", timeout=30)
+    assert "UnicodeDecodeError" not in shown and "HPCWIZARD-EXIT" not in shown
+    tmux.keys("y")
+    tmux.wait_for("HPCWIZARD-EXIT=0")

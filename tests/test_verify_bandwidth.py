@@ -3,7 +3,9 @@ against the interface's speed, the all_reduce's bus bandwidth against the NICs; 
 arithmetic at its boundaries; the parsers on real published ib_write_bw outputs; and that
 without the flag the checks are no part of the report."""
 import dataclasses
+import os
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -408,9 +410,62 @@ def receiver(address="127.0.0.1"):
 
 
 def sender(port, token, mib, seconds, address="127.0.0.1"):
-    return subprocess.run([sys.executable, "-", "--send", address, str(port), token, str(mib),
+    return subprocess.run([sys.executable, "-", "--send", address, str(port), str(mib),
                            str(seconds)], input=program("tcp_bw.py"), text=True,
+                          env={**os.environ, "HPCWIZARD_TCPBW_TOKEN": token},
                           capture_output=True, timeout=60)
+
+
+def test_tcp_token_is_in_the_senders_environment_not_its_command_line():
+    """`ps` shows every user a command line; /proc/PID/environ is its owner's."""
+    send = P.TcpBwSender("10.0.0.2", 40001, FakeSystem.TOKEN, 4, "python3", "", 10.0)
+    assert FakeSystem.TOKEN not in " ".join(send.argv()) + send.command
+    assert send.env() == {"HPCWIZARD_TCPBW_TOKEN": FakeSystem.TOKEN}
+
+
+@pytest.mark.parametrize("size, seconds", [(1 << 20, float("nan")), (1 << 20, float("inf")),
+                                           (1 << 20, -1.0), (1 << 20, 3600.0), (0, 1.0),
+                                           ((1 << 63) - 1, 1.0)])
+def test_tcp_receiver_refuses_sizes_out_of_range_with_an_answer(size, seconds):
+    """A token holder's NaN, infinite or huge figures get the REFUSED answer (the receiver
+    did not die on them), and the sender says so in one line."""
+    port, token = receiver()
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+        conn.sendall(token.encode() + struct.pack("!Qd", size, seconds))
+        answer = b""
+        while len(answer) < 16:
+            part = conn.recv(16 - len(answer))
+            assert part, "the receiver closed without an answer"
+            answer += part
+    assert struct.unpack("!Qd", answer) == (0, -1.0)
+
+
+def fake_receiver(reply):
+    """A receiver on loopback that takes the header and the bytes, then answers reply."""
+    srv = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        conn, _ = srv.accept()
+        with conn:
+            while conn.recv(1 << 20):
+                pass
+            conn.sendall(reply)
+        srv.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv.getsockname()[1]
+
+
+@pytest.mark.parametrize("reply", [struct.pack("!Qd", 1 << 20, float("nan")),
+                                   struct.pack("!Qd", 1 << 20, float("inf")),
+                                   struct.pack("!Qd", 1 << 20, -5.0),
+                                   struct.pack("!Qd", (1 << 64) - 1, 1.0),
+                                   struct.pack("!Qd", 0, -1.0)])
+def test_tcp_sender_answers_a_reply_out_of_range_with_one_line(reply):
+    s = sender(fake_receiver(reply), "a" * 32, 1, 5)
+    assert s.returncode == 1 and not s.stderr, s.stderr
+    assert s.stdout.startswith("HPCWIZARD-TCPBW-ERROR ") and len(s.stdout.splitlines()) == 1
+    assert parse_tcp_bw(s.stdout) is None
 
 
 def test_tcp_program_measures_over_loopback():
@@ -454,10 +509,14 @@ def test_tcp_sender_stops_at_its_time_bound_with_what_arrived():
 
 @pytest.mark.parametrize("argv", [["--receive", "$(reboot)"], ["--receive", "node2"],
                                   ["--receive"], ["--send", "127.0.0.1", "1", "t", "1", "1"],
-                                  ["--send", "127.0.0.1", "80", "a" * 32, "1", "nan"],
-                                  ["--send", "127.0.0.1", "80", "a" * 32, "1", "0"]])
+                                  ["--send", "127.0.0.1", "80", "1", "nan"],
+                                  ["--send", "127.0.0.1", "80", "1", "0"],
+                                  ["--send", "127.0.0.1", "80", "99999999999", "1"],
+                                  ["--send", "127.0.0.1", "80", "1", "1", "short"]])
 def test_tcp_program_refuses_bad_arguments_in_one_line(argv):
+    token = argv.pop() if argv[-1] == "short" else "a" * 32
     r = subprocess.run([sys.executable, "-", *argv], input=program("tcp_bw.py"), text=True,
+                       env={**os.environ, "HPCWIZARD_TCPBW_TOKEN": token},
                        capture_output=True, timeout=30)
     assert r.returncode == 2 and not r.stderr
     assert r.stdout.startswith("HPCWIZARD-TCPBW-ERROR ") and len(r.stdout.splitlines()) == 1

@@ -9,6 +9,12 @@ from typing import Iterable, List, Mapping, Tuple
 
 from . import recipes
 from .compat import tomllib
+from .safe_text import visible
+
+# Characters of a line the signatures look at: a failure's message is short and near the
+# start of its line; a hostile or broken log's line of megabytes is not searched whole, so
+# a pattern with `.*` stays linear in the log's size.
+MATCH_LIMIT = 4096
 
 
 @dataclass(frozen=True)
@@ -26,7 +32,7 @@ class Diagnosis:
     id: str
     cause: str
     fix: str
-    line: str  # the line of output that matched
+    line: str  # the line of output that matched, as a terminal may show it (safe_text)
     i18n: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
@@ -48,10 +54,12 @@ def diagnose(lines: Iterable[str], scope: "str | None" = None) -> List[Diagnosis
     seen = set()
     sigs = [s for s in signatures() if scope is None or s.scope == scope]
     for line in lines:
+        head = line[:MATCH_LIMIT]
         for sig in sigs:
-            if sig.id not in seen and sig.pattern.search(line):
+            if sig.id not in seen and sig.pattern.search(head):
                 seen.add(sig.id)
-                found.append(Diagnosis(sig.id, sig.cause, sig.fix, line.strip(), sig.i18n))
+                found.append(Diagnosis(sig.id, sig.cause, sig.fix, visible(line.strip()),
+                                       sig.i18n))
     return found
 
 
@@ -59,5 +67,5 @@ def explain(sig_id: str, line: str = "") -> Diagnosis:
     """The table's diagnosis for a known signature id (a check that failed without output)."""
     for sig in signatures():
         if sig.id == sig_id:
-            return Diagnosis(sig.id, sig.cause, sig.fix, line, sig.i18n)
+            return Diagnosis(sig.id, sig.cause, sig.fix, visible(line), sig.i18n)
     raise KeyError(sig_id)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, TextI
 
 from .apply import RunFinished, StepFinished, StepOutput, StepStarted
 from .i18n import N_, _, field
+from .safe_text import visible
 from .plan import Plan
 from . import vocab
 
@@ -176,7 +177,7 @@ class ConsoleSink:
             verb = _("undo") if event.undo else _("step")
             w(f"\n== {verb} [{event.index + 1}/{event.total}] {self.title(event)}\n")
         elif isinstance(event, StepOutput):
-            w(f"   {event.line}\n")
+            w(f"   {visible(event.line)}\n")
         elif isinstance(event, StepFinished):
             w(f"-- {status_word(event.status)} ({event.seconds:.1f}s)\n")
             if event.status == "failed":

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, List, Mapping, Optional, Tuple
 
 from .hosts import Hosts
 from .i18n import N_, _, field, ljust, width
+from .safe_text import visible
 from .verify import FAIL, PASS, SKIP, Check, Report
 
 if TYPE_CHECKING:
@@ -17,6 +18,7 @@ _MARK = {PASS: N_("PASS"), FAIL: N_("FAIL"), SKIP: N_("skip")}
 # roles: "pass" | "fail" | "skip" (the check's own line), "ran", "explain", "cause", "fix"
 Line = Tuple[str, str]
 INDENT = " " * 6  # a check's further lines, under its title
+EXPLAIN_LIMIT = 2000  # an explanation is several sentences, not one line of output
 
 
 def mark(status: str) -> str:
@@ -31,12 +33,13 @@ def check_lines(c: Check, verbose: bool = False) -> List[Line]:
     """(role, text): the check's line (role = its status; the text without the mark), then
     for a failure (or verbose) what ran, then for a failure the plain line and each
     diagnosis. Who shows them puts the mark and the indent."""
-    out: List[Line] = [(c.status, f"{c.title} — {c.detail}" if c.detail else c.title)]
+    # detail and explain may carry a remote command's output: shown through safe_text
+    out: List[Line] = [(c.status, f"{c.title} — {visible(c.detail)}" if c.detail else c.title)]
     if (c.status == FAIL or verbose) and c.command:
         out.append(("ran", _("ran: {command}").format(command=c.command)))
     if c.status == FAIL:
         if c.explain:
-            out.append(("explain", c.explain))
+            out.append(("explain", visible(c.explain, EXPLAIN_LIMIT)))
         for d in c.diagnoses:
             out.append(("cause", _("cause: {cause}").format(cause=field(d, "cause"))))
             out.append(("fix", _("fix:   {fix}").format(fix=field(d, "fix"))))

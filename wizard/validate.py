@@ -10,6 +10,7 @@ import re
 from typing import List, Optional
 
 from .i18n import _
+from .safe_text import cut
 
 
 class BadInput(ValueError):
@@ -50,7 +51,7 @@ def port(value: object) -> int:
     number = ascii_int(value)  # ASCII digits: '²²²²'.isdigit() is True, int('٢٢٢٢') is 2222
     if number is None:
         raise BadInput(_("port {value!r} is not a number: give a TCP port from 1 to 65535")
-                       .format(value=value), "port")
+                       .format(value=cut(value)), "port")
     if not 1 <= number <= 65535:
         raise BadInput(_("port {port} is out of range: give a TCP port from 1 to 65535")
                        .format(port=number), "port")
@@ -61,7 +62,8 @@ def user_name(value: str) -> str:
     if not _USER.fullmatch(value or ""):
         raise BadInput(_(
             "user name {value!r} is not valid: use lower-case letters, digits, '_', '-', '.', "
-            "starting with a letter or '_', at most 32 characters").format(value=value), "user")
+            "starting with a letter or '_', at most 32 characters").format(value=cut(value)),
+            "user")
     return value
 
 
@@ -71,7 +73,7 @@ def host_name(value: str) -> str:
             _LABEL.fullmatch(p) for p in value.split(".")):
         raise BadInput(_(
             "host name {value!r} is not valid: use letters, digits, '-' and '.', "
-            "no spaces or other characters").format(value=value), "host")
+            "no spaces or other characters").format(value=cut(value)), "host")
     return value
 
 
@@ -82,7 +84,7 @@ def host_list(value: str) -> List[str]:
                          "node1,node2"), "hosts")
     checked = [host_name(n) for n in names]
     if len(set(checked)) != len(checked):
-        raise BadInput(_("the host list {value!r} names a host twice").format(value=value),
+        raise BadInput(_("the host list {value!r} names a host twice").format(value=cut(value)),
                        "hosts")
     return checked
 
@@ -91,13 +93,13 @@ def host_pattern(value: str) -> str:
     if not _PATTERN.fullmatch(value or ""):
         raise BadInput(_(
             "host pattern {value!r} is not valid: use host-name characters and the wildcards "
-            "* and ?, not starting with '-', e.g. 'job-*'").format(value=value), "peers")
+            "* and ?, not starting with '-', e.g. 'job-*'").format(value=cut(value)), "peers")
     return value
 
 
 def sha256(value: str) -> str:
     if not re.fullmatch(_SHA256, value or ""):
-        raise BadInput(_("sha256 {value!r} is not 64 hexadecimal digits").format(value=value),
+        raise BadInput(_("sha256 {value!r} is not 64 hexadecimal digits").format(value=cut(value)),
                        "sha256")
     return value.lower()
 
@@ -106,7 +108,7 @@ def url(value: str) -> str:
     text = (value or "").strip()
     if not _URL.fullmatch(text) or len(text) > 2000:
         raise BadInput(_("URL {value!r} is not valid: give an http:// or https:// address "
-                         "without spaces or quotes").format(value=value), "url")
+                         "without spaces or quotes").format(value=cut(value)), "url")
     return text
 
 
@@ -116,12 +118,12 @@ def package_file_name(value: str) -> str:
     name = path.rstrip("/").rsplit("/", 1)[-1] if "//" in path and path.count("/") > 2 else ""
     if not _PACKAGE_FILE.fullmatch(name):
         raise BadInput(_("URL {value!r} does not end in a package file name (something.deb "
-                         "or something.rpm)").format(value=value), "url")
+                         "or something.rpm)").format(value=cut(value)), "url")
     return name
 
 
 def choice(name: str, value: str, allowed: "tuple[str, ...]") -> str:
     if value not in allowed:
         raise BadInput(_("{name} {value!r} is not one of: {allowed}").format(
-            name=name, value=value, allowed=", ".join(allowed)), name)
+            name=name, value=cut(value), allowed=", ".join(allowed)), name)
     return value

@@ -421,8 +421,12 @@ class TcpBwSender(Probe):
     timeout = JOB_TIMEOUT
 
     def argv(self) -> Tuple[str, ...]:
-        return (self.python, "-", "--send", self.address, str(self.tcp_port), self.token,
+        return (self.python, "-", "--send", self.address, str(self.tcp_port),
                 str(self.mib), f"{self.seconds:g}")
+
+    def env(self) -> Optional[Dict[str, str]]:
+        # not on the command line: `ps` shows that to every user
+        return {"HPCWIZARD_TCPBW_TOKEN": self.token}
 
     def stdin(self) -> Optional[bytes]:
         return self.program.encode()

@@ -3,15 +3,19 @@
 #                                  connects to), print it with a one-time token, go to the
 #                                  background (the ssh that started it returns), take one
 #                                  sender's bytes, answer with how many arrived in how long
-#   --send ADDRESS PORT TOKEN MIB SECONDS
+#   --send ADDRESS PORT MIB SECONDS
 #                                  send until MIB MiB are sent or SECONDS have passed, whichever
-#                                  comes first, print the figure the receiver measured
+#                                  comes first, print the figure the receiver measured; the
+#                                  token comes in HPCWIZARD_TCPBW_TOKEN (a command line is
+#                                  readable by every user, the environment by its owner only)
 # Bound to the one address, not every one: a scan of the others never reaches it. A
 # connection that does not send the token within HEADER_WAIT is closed and waited past, until
 # WAIT: a port scan or a load balancer's probe cannot take the slot.
 # The time bound, not the size, ends a slow link's test: it gives a low figure (a FAIL), not a
 # time-out that reads as a firewall.
-import hmac, ipaddress, os, secrets, socket, struct, sys, time
+# Every number from the other end is checked (finite, in range) before it is used: sizes out
+# of range get the REFUSED answer, a reply out of range one error line.
+import hmac, ipaddress, math, os, secrets, socket, struct, sys, time
 
 CHUNK = 1 << 20
 WAIT = 60.0  # the receiver gives up on its sender after this long
@@ -19,6 +23,14 @@ HEADER_WAIT = 5.0  # a connection's token and sizes arrive within this, or it is
 REPLY_WAIT = 15.0  # past the time bound: the receiver's answer arrives within this
 HEAD = struct.Struct("!Qd")  # after the token: the most bytes, the most seconds
 REPLY = struct.Struct("!Qd")  # bytes that arrived, the seconds they took
+REFUSED = REPLY.pack(0, -1.0)  # the receiver's answer to sizes out of range
+MAX_MIB = 1 << 20  # 1 TiB: more than any time bound carries
+TOKEN_ENV = "HPCWIZARD_TCPBW_TOKEN"
+
+
+def in_range(value, low, high):
+    """value is a finite number with low < value <= high."""
+    return math.isfinite(value) and low < value <= high
 
 
 def fail(message):
@@ -89,8 +101,11 @@ def receive(address):
                 if not hmac.compare_digest(head[:len(token)], token):
                     continue
                 size, seconds = HEAD.unpack(head[len(token):])
-                got, took = measure(conn, size, min(seconds, WAIT), buf)
                 conn.settimeout(REPLY_WAIT)
+                if not (in_range(size, 0, MAX_MIB << 20) and in_range(seconds, 0, WAIT)):
+                    conn.sendall(REFUSED)
+                    return
+                got, took = measure(conn, size, seconds, buf)
                 conn.sendall(REPLY.pack(got, took))
             except OSError:
                 continue
@@ -130,7 +145,16 @@ def send_for(address, port, token, mib, seconds):
             except socket.timeout:
                 break
         conn.shutdown(socket.SHUT_WR)
-        got, took = REPLY.unpack(exact(conn, REPLY.size, time.monotonic() + REPLY_WAIT))
+        answer = exact(conn, REPLY.size, time.monotonic() + REPLY_WAIT)
+    if answer == REFUSED:
+        print(f"HPCWIZARD-TCPBW-ERROR the receiver refused {mib} MiB in {seconds:g} s",
+              flush=True)
+        return 1
+    got, took = REPLY.unpack(answer)
+    if not (got <= sent and in_range(took, 0, WAIT + REPLY_WAIT)):
+        print(f"HPCWIZARD-TCPBW-ERROR the receiver's answer is out of range: {got} bytes of "
+              f"{sent} sent in {took!r} s", flush=True)
+        return 1
     gbps = got * 8 / took / 1e9 if took > 0 else 0.0
     print(f"HPCWIZARD-TCPBW bytes={got} seconds={took:.6f} gbps={gbps:.3f} sent={sent}",
           flush=True)
@@ -145,17 +169,19 @@ def main(argv):
             fail(f"not an IP address: {argv[1]!r}")
         receive(address)
         return 0
-    if argv[:1] == ["--send"] and len(argv) == 6:
+    if argv[:1] == ["--send"] and len(argv) == 5:
+        token = os.environ.get(TOKEN_ENV, "")
         try:
             address = str(ipaddress.ip_address(argv[1]))
-            port, token, mib, seconds = int(argv[2]), argv[3], int(argv[4]), float(argv[5])
+            port, mib, seconds = int(argv[2]), int(argv[3]), float(argv[4])
         except ValueError as e:
             fail(f"bad argument: {e}")
-        if not (0 < port < 65536 and mib > 0 and 0 < seconds <= WAIT and len(token) == 32):
-            fail("usage: --send ADDRESS PORT TOKEN MIB SECONDS (1-65535, MIB > 0, "
-                 f"0 < SECONDS <= {WAIT:g}, a 32-character token)")
+        if not (0 < port < 65536 and 0 < mib <= MAX_MIB and in_range(seconds, 0, WAIT)
+                and len(token) == 32 and token.isascii()):
+            fail(f"usage: {TOKEN_ENV}=TOKEN --send ADDRESS PORT MIB SECONDS (1-65535, "
+                 f"0 < MIB <= {MAX_MIB}, 0 < SECONDS <= {WAIT:g}, a 32-character token)")
         return send(address, port, token, mib, seconds)
-    fail("usage: --receive ADDRESS | --send ADDRESS PORT TOKEN MIB SECONDS")
+    fail(f"usage: --receive ADDRESS | {TOKEN_ENV}=TOKEN --send ADDRESS PORT MIB SECONDS")
 
 
 if __name__ == "__main__":
