@@ -115,6 +115,19 @@ def test_mpi_first_host_runs_mpirun_and_tells_the_others(tmp_path):
     assert hf.splitlines() == [f"{h} slots=1" for h in HOSTS]
 
 
+@pytest.mark.parametrize("framework", ["mpi", "pytorch"])
+def test_the_log_shows_the_program_as_the_shell_reads_it(tmp_path, framework):
+    """The launch line keeps the program's quoting and escapes what would drive the terminal
+    (a title change in an argument)."""
+    fk = _fakes(tmp_path, "node01", HOSTS)
+    env = {**fk["env"], "HOSTS": "node01,node02"}
+    args = ["--", "python3", "train.py", "--name", "a b", "\x1b]0;owned\x07"]
+    r = _run(tmp_path, launch_script(plan(framework, "tcp")), env, args)
+    [line] = [ln for ln in r.stderr.splitlines() if "python3 train.py" in ln]
+    assert line.endswith(": python3 train.py --name a\\ b $'\\E]0;owned\\a'"), line
+    assert "\x1b" not in r.stderr
+
+
 def test_mpi_worker_waits_for_the_end(tmp_path):
     fk = _fakes(tmp_path, "node02", HOSTS)
     env = {**fk["env"], "HOSTS": "node01,node02", "WORKER_TIMEOUT": "5"}

@@ -185,7 +185,9 @@ if [ -n "$IFACE" ]; then  # MPI's TCP, then the runtime's: each flag, its name, 
   IFACE_ARGS=("${IF_NAMES[0]}" "${IF_NAMES[1]}" "$IFACE" "${IF_NAMES[2]}" "${IF_NAMES[3]}" "$IFACE")
 fi
 
-log "mpirun${OMPI_VERSION:+ (Open MPI $OMPI_VERSION)} -np $NP on ${NAMES[*]}: $*"
+# The program as the shell would read it back: its quoting kept, control characters escaped.
+printf -v SHOWN ' %q' "$@"
+log "mpirun${OMPI_VERSION:+ (Open MPI $OMPI_VERSION)} -np $NP on ${NAMES[*]}:$SHOWN"
 set +e
 mpirun --hostfile "$HOSTFILE_OUT" -np "$NP" ${ROOT_ARGS[@]+"${ROOT_ARGS[@]}"} \
   ${MPIRUN_ARGS[@]+"${MPIRUN_ARGS[@]}"} ${IFACE_ARGS[@]+"${IFACE_ARGS[@]}"} \
@@ -289,7 +291,8 @@ if [ -n "$TORCH_PY" ]; then TORCHRUN=("$TORCH_PY" -m torch.distributed.run)
 elif command -v torchrun >/dev/null 2>&1; then TORCHRUN=(torchrun)
 else TORCHRUN=(python3 -m torch.distributed.run); fi
 ARGS=(--nnodes="$N" --node-rank="$RANK" --nproc-per-node="$NPROC" --master-addr="$MASTER" --master-port="$MPORT")
-log "torchrun node $RANK of $N, master $MASTER:$MPORT, --nproc-per-node $NPROC ($NPROC_FROM): $*"
+printf -v SHOWN ' %q' "$@"
+log "torchrun node $RANK of $N, master $MASTER:$MPORT, --nproc-per-node $NPROC ($NPROC_FROM):$SHOWN"
 exec "${TORCHRUN[@]}" "${ARGS[@]}" "${TORCH_PROGRAM[@]}"
 '''
 
