@@ -30,6 +30,8 @@ from typing import Callable, List, Tuple
 
 import pytest
 
+from _tiocsti import ATTEMPT
+
 from hpcwizard import ops, proc, session
 from hpcwizard.render import setup as setup_render
 from hpcwizard.apply import ShellRunner
@@ -115,35 +117,6 @@ def test_the_setup_script_runs_the_job_users_steps_without_its_terminal():
 
 
 # --- a real terminal -----------------------------------------------------------------------
-
-# Tries to type into the terminal: argv where, log. One line per attempt in log.
-ATTEMPT = r"""
-import errno, fcntl, os, sys, termios
-where, log = sys.argv[1:3]
-
-def note(text):
-    with open(log, "a") as f:
-        f.write(f"{where} {text}\n")
-
-def push(fd, name):
-    try:
-        for byte in b"touch /hpcwizard-typed\n":
-            fcntl.ioctl(fd, termios.TIOCSTI, bytes([byte]))
-    except OSError as exc:
-        note(f"{name} {errno.errorcode.get(exc.errno, exc.errno)}")
-    else:
-        note(f"{name} injected")
-
-try:
-    tty = os.open("/dev/tty", os.O_RDWR)
-except OSError as exc:
-    note(f"/dev/tty {errno.errorcode.get(exc.errno, exc.errno)}")
-else:
-    push(tty, "/dev/tty")
-for fd in (0, 1, 2):
-    push(fd, f"fd{fd}")
-"""
-
 
 def attempt(where: str, log: Path) -> List[str]:
     return [sys.executable, "-c", ATTEMPT, where, str(log)]

@@ -30,6 +30,7 @@ import pytest
 
 from _core_fixtures import wizard_exe
 from _hardening import packages_installed
+from _tiocsti import ATTEMPT
 from test_apply_mpi_tcp import _remove_user, show
 
 pytestmark = pytest.mark.system
@@ -37,36 +38,6 @@ pytestmark = pytest.mark.system
 USER = "hpcwtty"
 TIMEOUT = 600
 LEGACY_TIOCSTI = Path("/proc/sys/dev/tty/legacy_tiocsti")
-
-# Run by the job's user's files: argv where, log, marker.
-ATTEMPT = r"""
-import errno, fcntl, os, sys, termios
-where, log, marker = sys.argv[1:4]
-typed = f"touch {marker}\n".encode()
-
-def note(text):
-    with open(log, "a") as f:
-        f.write(f"{where} {text}\n")
-
-def push(fd, name):
-    try:
-        for byte in typed:
-            fcntl.ioctl(fd, termios.TIOCSTI, bytes([byte]))
-    except OSError as exc:
-        note(f"{name} {errno.errorcode.get(exc.errno, exc.errno)}")
-    else:
-        note(f"{name} injected")
-
-try:
-    tty = os.open("/dev/tty", os.O_RDWR)
-except OSError as exc:
-    note(f"/dev/tty {errno.errorcode.get(exc.errno, exc.errno)}")
-else:
-    push(tty, "/dev/tty")
-for fd in (0, 1, 2):
-    push(fd, f"fd{fd}")
-sys.exit(1)  # Match exec: no match
-"""
 
 
 def tiocsti_allowed() -> bool:
