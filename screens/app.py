@@ -24,8 +24,19 @@ from textual import work
 from textual.app import App
 from textual.binding import Binding
 
+from hpcwizard.apply import ShellRunner, interrupt_step
+from hpcwizard.catalog import load_catalog
+from hpcwizard.choices import make_choices
+from hpcwizard.detect import detect
 from hpcwizard.exit_codes import EXIT_OK
+from hpcwizard.facts import Facts
 from hpcwizard.i18n import _, get_language, set_language
+from hpcwizard.inputs import SMALL_FILE_LIMIT, read_text
+from hpcwizard.plan import build_plan
+from hpcwizard.report_verify import keep_in_record
+from hpcwizard.session import Session, ask_sudo_password, sudo_once
+from hpcwizard.validate import BadInput
+from hpcwizard.verify import System, verify
 
 from .messages import DetectFailed, FactsReady, RunEnded, RunEvents, VerifyChecked, VerifyEnded
 from .system import SystemScreen
@@ -34,12 +45,9 @@ from .widgets import ConfirmScreen, KeysScreen, WizardScreen, keys_of, translate
 if TYPE_CHECKING:
     from hpcwizard.apply import Runner
     from hpcwizard.catalog import Catalog
-    from hpcwizard.facts import Facts
     from hpcwizard.hosts import Hosts
     from hpcwizard.plan import Plan
     from hpcwizard.record import Record
-    from hpcwizard.session import Session
-    from hpcwizard.verify import System
 
     from .done import DoneScreen
     from .early_frame import EarlyFrame
@@ -119,8 +127,6 @@ class StoppableRunner:
         return code
 
     def interrupt(self) -> None:
-        from hpcwizard.apply import interrupt_step
-
         self.stopping.set()
         interrupt_step(self.inner, self.GRACE)
 
@@ -217,8 +223,6 @@ class WizardApp(App[int]):
                 facts = self.facts
                 if facts is None:
                     if self._detect is None:
-                        from hpcwizard.detect import detect
-
                         facts = detect()
                     else:
                         facts = self._detect()
@@ -230,8 +234,6 @@ class WizardApp(App[int]):
 
     @staticmethod
     def _load_catalog() -> Catalog:
-        from hpcwizard.catalog import load_catalog
-
         return load_catalog()
 
     def on_facts_ready(self, message: FactsReady) -> None:
@@ -247,33 +249,34 @@ class WizardApp(App[int]):
     # --- the flow (each step asks the core) -------------------------------------------------
 
     def goto_choose(self) -> None:
+        # kept lazy: a screen loads when first shown (Textual's first frame needs one)
         from .choose import ChooseScreen
 
         self.push_screen(ChooseScreen())
 
     def _build(self, **raw: Any) -> Plan:
         """make_choices and build_plan: BadInput goes back to the screen that asked."""
-        from hpcwizard.choices import make_choices
-        from hpcwizard.plan import build_plan
-
         choices = make_choices(**raw)
         if self.catalog is None:  # asked for before the worker delivered it
             self.catalog = self._load_catalog()
         return build_plan(self.facts, choices, self.catalog)
 
     def choose(self, raw: dict) -> None:
+        # kept lazy: a screen loads when first shown (Textual's first frame needs one)
         from .recommend import RecommendScreen
 
         self.plan = self._build(**raw, mode="auto")
         self.push_screen(RecommendScreen(self.plan))
 
     def take_preset(self) -> None:
+        # kept lazy: a screen loads when first shown (Textual's first frame needs one)
         from .done import DoneScreen
 
         self.plan = self._build(**dict(self.plan.choices.to_dict(), mode="preset"))
         self.push_screen(DoneScreen(self.plan))
 
     def configure_here(self) -> None:
+        # kept lazy: a screen loads when first shown (Textual's first frame needs one)
         from .review import ReviewScreen
 
         mode = "manual" if self.plan.recommendation.path == "preset" else "auto"
@@ -282,16 +285,12 @@ class WizardApp(App[int]):
 
     def runner_for(self, plan: Plan) -> Runner:
         if self._runner is None:
-            from hpcwizard.apply import ShellRunner
-
             return ShellRunner(plan.target.user)
         if hasattr(self._runner, "check"):
             return self._runner
         return self._runner(plan)
 
     def _ask_sudo(self) -> bool:
-        from hpcwizard.session import ask_sudo_password
-
         with self.suspend():
             print(_("hpcwizard: the system steps need sudo; it asks for your password once, "
                     "now."))
@@ -305,9 +304,7 @@ class WizardApp(App[int]):
     def start_run(self, plan: Plan) -> None:
         """The session's order, as on the command line: its checks and sudo once (before the
         run, never inside it), the lock, a new record, then the worker."""
-        from hpcwizard.session import Session, sudo_once
-        from hpcwizard.validate import BadInput
-
+        # kept lazy: a screen loads when first shown (Textual's first frame needs one)
         from .run import RunScreen
 
         if self.running:
@@ -372,6 +369,7 @@ class WizardApp(App[int]):
         self.start_worker(how)
 
     def finish_run(self, quit: bool) -> None:
+        # kept lazy: a screen loads when first shown (Textual's first frame needs one)
         from .done import DoneScreen
 
         if quit:
@@ -387,8 +385,6 @@ class WizardApp(App[int]):
         a worker; the checks reach the Done screen as they finish. False if one is running."""
         if self.verifying is not None or self.plan is None:
             return False
-        from hpcwizard.verify import System
-
         self.verifying = self._verify_system or System()
         self.verify_started = self.clock()
         self.verify_worker(self.plan, self.facts, hosts, self.verifying)
@@ -397,8 +393,6 @@ class WizardApp(App[int]):
     @work(thread=True, exit_on_error=False, group="verify")
     def verify_worker(self, plan: Plan, facts: Facts, hosts: Optional[Hosts],
                       system: System) -> None:
-        from hpcwizard.verify import verify
-
         report, error = None, ""
         try:
             report = verify(plan, facts, hosts, system=system,
@@ -419,8 +413,6 @@ class WizardApp(App[int]):
         seconds = self.clock() - self.verify_started
         self.verify_ok = message.report is not None and message.report.ok
         if message.report is not None and self.record is not None:
-            from hpcwizard.report_verify import keep_in_record
-
             try:
                 keep_in_record(self.record, message.report)
             except OSError as exc:
@@ -511,9 +503,6 @@ class WizardApp(App[int]):
 
     def _plans_in_this_language(self) -> Callable[[Plan], Plan]:
         """plan -> the same choices built again; a plan shared by screens stays shared."""
-        from hpcwizard.plan import build_plan
-        from hpcwizard.validate import BadInput
-
         built: Dict[int, Plan] = {}
 
         def again(plan: Plan) -> Plan:
@@ -528,10 +517,6 @@ class WizardApp(App[int]):
 
 
 def load_facts_file(path: str) -> Facts:
-    from hpcwizard.facts import Facts
-    from hpcwizard.inputs import SMALL_FILE_LIMIT, read_text
-    from hpcwizard.validate import BadInput
-
     try:
         # a regular file of at most SMALL_FILE_LIMIT: a FIFO or /dev/zero is refused at once
         return Facts.from_dict(json.loads(read_text(path, "HPCWIZARD_FACTS", SMALL_FILE_LIMIT)))

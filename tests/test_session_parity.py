@@ -17,7 +17,7 @@ pytest.importorskip("textual")
 
 from _tui_fixtures import (FakeRunner, bare_container, gpu_ib, make_app, name,  # noqa: E402
                            run_until, sync, text_of, wait_for)
-from hpcwizard import cli, lock, record as record_mod  # noqa: E402
+from hpcwizard import cli, lock, record as record_mod, session  # noqa: E402
 from hpcwizard.record import Record  # noqa: E402
 
 
@@ -53,7 +53,7 @@ class LockSpy:
                 spy.saves_unlocked += 1
             real_save(self_record)
 
-        monkeypatch.setattr(lock, "run_lock", spying_lock)
+        monkeypatch.setattr(session, "run_lock", spying_lock)  # what a Session takes
         monkeypatch.setattr(Record, "save", save)
 
 

@@ -31,6 +31,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line and exit status 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        # kept lazy: the wizard's start builds no parser
         from .argparse_i18n import error_text
 
         raise BadInput(error_text(message))
@@ -110,6 +111,7 @@ def _apply_args(ap: argparse.ArgumentParser) -> None:
 
 
 def _export_args(ex: argparse.ArgumentParser) -> None:
+    # kept lazy: detect and --version build no choice options
     from . import vocab
 
     _add_choices(ex)
@@ -192,6 +194,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if not [a for i, a in enumerate(argv) if not (
                 a == "--lang" or a.startswith("--lang=") or (i and argv[i - 1] == "--lang"))]:
             return _start_tui()  # no arguments (but --lang): the wizard
+        # kept lazy: the wizard's start builds no parser
         from .argparse_i18n import translated
 
         with translated():  # argparse's own words (errors, --help) in the chosen language
@@ -252,6 +255,7 @@ def _start_tui() -> int:
 # --- shared pieces ----------------------------------------------------------------------------
 
 def _facts(sysroot: str, mpi_components: bool = True) -> Facts:
+    # kept lazy: a command loads only what it runs (not --version, not the first frame)
     from .detect import detect
 
     if not os.path.isdir(sysroot):
@@ -260,6 +264,7 @@ def _facts(sysroot: str, mpi_components: bool = True) -> Facts:
 
 
 def _choices(args: argparse.Namespace) -> Choices:
+    # kept lazy: a command loads only what it runs (not --version, not the first frame)
     from .choices import make_choices
 
     # options that do not apply are refused, not ignored: only MPI gets SSH settings
@@ -291,6 +296,7 @@ def _plan(args: argparse.Namespace, choices: Optional[Choices] = None) -> Tuple[
     try:
         facts_ahead = pool.submit(_facts, getattr(args, "sysroot", "/"),
                                   mpi_components=choices.network == "ib")
+        # kept lazy: a command loads only what it runs (not --version, not the first frame)
         from .plan import build_plan
 
         catalog = _catalog()
@@ -302,6 +308,7 @@ def _plan(args: argparse.Namespace, choices: Optional[Choices] = None) -> Tuple[
 
 def _catalog() -> Catalog:
     """The recipes; a broken one (an edited installation) is one line, not a traceback."""
+    # kept lazy: a command loads only what it runs (not --version, not the first frame)
     from .catalog import RecipeError, load_catalog
 
     try:
@@ -318,6 +325,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(facts.to_dict(), indent=2, ensure_ascii=False))
     else:
+        # kept lazy: a command loads only what it runs (not --version, not the first frame)
         from .detect.summary import format_summary
 
         print(format_summary(facts))
@@ -325,6 +333,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    # kept lazy: a command loads only what it runs (not --version, not the first frame)
     from .report import file_diffs, format_plan
 
     _facts_here, plan = _plan(args)
@@ -354,6 +363,7 @@ def _confirm(question: str, yes: bool) -> None:
 def _sudo_once(needed: bool, sudo: str) -> None:
     """The command line's way to ask for the sudo password once (session.sudo_once): on the
     terminal; refused at once when there is no terminal to type it in."""
+    # kept lazy: a command loads only what it runs (not --version, not the first frame)
     from .session import ask_sudo_password, sudo_once
 
     def ask() -> bool:
@@ -390,6 +400,7 @@ def _run_plan(plan: Plan, facts: Facts, record_path: Optional[str], yes: bool, d
               runner: Optional[Runner] = None) -> int:
     from pathlib import Path
 
+    # kept lazy: a command loads only what it runs (not --version, not the first frame)
     from .apply import ShellRunner
     from .record import new_record_path
     from .report import ConsoleSink, format_dry_run, format_plan, format_recommendation
@@ -444,6 +455,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    # kept lazy: a command loads only what it runs (not --version, not the first frame)
     from .export import render_export
     from .session import write_export
 
@@ -464,6 +476,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_undo(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    # kept lazy: a command loads only what it runs (not --version, not the first frame)
     from .apply import UNDO_STATUSES, ShellRunner
     from .detect.user import current_user
     from .record import Record
@@ -495,6 +508,7 @@ def cmd_undo(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    # kept lazy: a command loads only what it runs (not --version, not the first frame)
     from .choices import choices_from_mapping
     from .plan import build_plan
     from .record import Record
@@ -509,6 +523,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    # kept lazy: a command loads only what it runs (not --version, not the first frame)
     from .inputs import number
     from .report_verify import format_report
     from .verify import verify
@@ -585,6 +600,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
     """Exit 0: at least one known failure found; 1: nothing recognised; 2: unreadable file."""
+    # kept lazy: a command loads only what it runs (not --version, not the first frame)
     from .diagnose import diagnose
 
     from .inputs import LOG_LIMIT, read_text
