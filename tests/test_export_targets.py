@@ -17,7 +17,8 @@ ARGV = ["export", "--framework", "mpi", "--network", "tcp"]
 
 @pytest.fixture(autouse=True)
 def facts(monkeypatch):
-    monkeypatch.setattr(cli, "_facts", lambda sysroot, **_: make_facts("rocky9"))
+    monkeypatch.setattr("hpcwizard.commands.configure.facts_here",
+                        lambda sysroot, **_: make_facts("rocky9"))
 
 
 def one_line_refusal(capsys, argv) -> str:
