@@ -24,19 +24,11 @@ from textual import work
 from textual.app import App
 from textual.binding import Binding
 
-from hpcwizard.apply import ShellRunner, interrupt_step
-from hpcwizard.catalog import load_catalog
-from hpcwizard.choices import make_choices
-from hpcwizard.detect import detect
 from hpcwizard.exit_codes import EXIT_OK
 from hpcwizard.facts import Facts
 from hpcwizard.i18n import _, get_language, set_language
 from hpcwizard.inputs import SMALL_FILE_LIMIT, read_text
-from hpcwizard.plan import build_plan
-from hpcwizard.report_verify import keep_in_record
-from hpcwizard.session import Session, ask_sudo_password, sudo_once
 from hpcwizard.validate import BadInput
-from hpcwizard.verify import System, verify
 
 from .messages import DetectFailed, FactsReady, RunEnded, RunEvents, VerifyChecked, VerifyEnded
 from .system import SystemScreen
@@ -48,6 +40,8 @@ if TYPE_CHECKING:
     from hpcwizard.hosts import Hosts
     from hpcwizard.plan import Plan
     from hpcwizard.record import Record
+    from hpcwizard.session import Session
+    from hpcwizard.verify import System
 
     from .done import DoneScreen
     from .early_frame import EarlyFrame
@@ -127,6 +121,9 @@ class StoppableRunner:
         return code
 
     def interrupt(self) -> None:
+        # kept lazy: Textual's first frame does not wait for apply (and what it imports)
+        from hpcwizard.apply import interrupt_step
+
         self.stopping.set()
         interrupt_step(self.inner, self.GRACE)
 
@@ -223,6 +220,9 @@ class WizardApp(App[int]):
                 facts = self.facts
                 if facts is None:
                     if self._detect is None:
+                        # kept lazy: Textual's first frame does not wait for detect
+                        from hpcwizard.detect import detect
+
                         facts = detect()
                     else:
                         facts = self._detect()
@@ -234,6 +234,9 @@ class WizardApp(App[int]):
 
     @staticmethod
     def _load_catalog() -> Catalog:
+        # kept lazy: Textual's first frame does not wait for catalog (and what it imports)
+        from hpcwizard.catalog import load_catalog
+
         return load_catalog()
 
     def on_facts_ready(self, message: FactsReady) -> None:
@@ -256,6 +259,10 @@ class WizardApp(App[int]):
 
     def _build(self, **raw: Any) -> Plan:
         """make_choices and build_plan: BadInput goes back to the screen that asked."""
+        # kept lazy: Textual's first frame does not wait for choices (and what it imports)
+        from hpcwizard.choices import make_choices
+        from hpcwizard.plan import build_plan
+
         choices = make_choices(**raw)
         if self.catalog is None:  # asked for before the worker delivered it
             self.catalog = self._load_catalog()
@@ -285,12 +292,18 @@ class WizardApp(App[int]):
 
     def runner_for(self, plan: Plan) -> Runner:
         if self._runner is None:
+            # kept lazy: Textual's first frame does not wait for apply (and what it imports)
+            from hpcwizard.apply import ShellRunner
+
             return ShellRunner(plan.target.user)
         if hasattr(self._runner, "check"):
             return self._runner
         return self._runner(plan)
 
     def _ask_sudo(self) -> bool:
+        # kept lazy: Textual's first frame does not wait for session (and what it imports)
+        from hpcwizard.session import ask_sudo_password
+
         with self.suspend():
             print(_("hpcwizard: the system steps need sudo; it asks for your password once, "
                     "now."))
@@ -304,6 +317,9 @@ class WizardApp(App[int]):
     def start_run(self, plan: Plan) -> None:
         """The session's order, as on the command line: its checks and sudo once (before the
         run, never inside it), the lock, a new record, then the worker."""
+        # kept lazy: Textual's first frame does not wait for session (and what it imports)
+        from hpcwizard.session import Session, sudo_once
+
         # kept lazy: a screen loads when first shown (Textual's first frame needs one)
         from .run import RunScreen
 
@@ -385,6 +401,9 @@ class WizardApp(App[int]):
         a worker; the checks reach the Done screen as they finish. False if one is running."""
         if self.verifying is not None or self.plan is None:
             return False
+        # kept lazy: Textual's first frame does not wait for verify (and what it imports)
+        from hpcwizard.verify import System
+
         self.verifying = self._verify_system or System()
         self.verify_started = self.clock()
         self.verify_worker(self.plan, self.facts, hosts, self.verifying)
@@ -393,6 +412,9 @@ class WizardApp(App[int]):
     @work(thread=True, exit_on_error=False, group="verify")
     def verify_worker(self, plan: Plan, facts: Facts, hosts: Optional[Hosts],
                       system: System) -> None:
+        # kept lazy: Textual's first frame does not wait for verify (and what it imports)
+        from hpcwizard.verify import verify
+
         report, error = None, ""
         try:
             report = verify(plan, facts, hosts, system=system,
@@ -413,6 +435,9 @@ class WizardApp(App[int]):
         seconds = self.clock() - self.verify_started
         self.verify_ok = message.report is not None and message.report.ok
         if message.report is not None and self.record is not None:
+            # kept lazy: Textual's first frame does not wait for report_verify (and what it imports)
+            from hpcwizard.report_verify import keep_in_record
+
             try:
                 keep_in_record(self.record, message.report)
             except OSError as exc:
@@ -503,6 +528,8 @@ class WizardApp(App[int]):
 
     def _plans_in_this_language(self) -> Callable[[Plan], Plan]:
         """plan -> the same choices built again; a plan shared by screens stays shared."""
+        # kept lazy: Textual's first frame does not wait for plan (and what it imports)
+        from hpcwizard.plan import build_plan
         built: Dict[int, Plan] = {}
 
         def again(plan: Plan) -> Plan:
