@@ -25,7 +25,10 @@ from textual.app import App
 from textual.binding import Binding
 
 from hpcwizard.exit_codes import EXIT_OK
+from hpcwizard.facts import Facts
 from hpcwizard.i18n import _, get_language, set_language
+from hpcwizard.inputs import SMALL_FILE_LIMIT, read_text
+from hpcwizard.validate import BadInput
 
 from .input_bytes import read_input_leniently
 from .messages import DetectFailed, FactsReady, RunEnded, RunEvents, VerifyChecked, VerifyEnded
@@ -35,7 +38,6 @@ from .widgets import ConfirmScreen, KeysScreen, WizardScreen, keys_of, translate
 if TYPE_CHECKING:
     from hpcwizard.apply import Runner
     from hpcwizard.catalog import Catalog
-    from hpcwizard.facts import Facts
     from hpcwizard.hosts import Hosts
     from hpcwizard.plan import Plan
     from hpcwizard.record import Record
@@ -120,6 +122,7 @@ class StoppableRunner:
         return code
 
     def interrupt(self) -> None:
+        # kept lazy: Textual's first frame does not wait for apply (and what it imports)
         from hpcwizard.apply import interrupt_step
 
         self.stopping.set()
@@ -218,6 +221,7 @@ class WizardApp(App[int]):
                 facts = self.facts
                 if facts is None:
                     if self._detect is None:
+                        # kept lazy: Textual's first frame does not wait for detect
                         from hpcwizard.detect import detect
 
                         facts = detect()
@@ -231,6 +235,7 @@ class WizardApp(App[int]):
 
     @staticmethod
     def _load_catalog() -> Catalog:
+        # kept lazy: Textual's first frame does not wait for catalog (and what it imports)
         from hpcwizard.catalog import load_catalog
 
         return load_catalog()
@@ -248,12 +253,14 @@ class WizardApp(App[int]):
     # --- the flow (each step asks the core) -------------------------------------------------
 
     def goto_choose(self) -> None:
+        # kept lazy: a screen loads when first shown (Textual's first frame needs one)
         from .choose import ChooseScreen
 
         self.push_screen(ChooseScreen())
 
     def _build(self, **raw: Any) -> Plan:
         """make_choices and build_plan: BadInput goes back to the screen that asked."""
+        # kept lazy: Textual's first frame does not wait for choices (and what it imports)
         from hpcwizard.choices import make_choices
         from hpcwizard.plan import build_plan
 
@@ -263,18 +270,21 @@ class WizardApp(App[int]):
         return build_plan(self.facts, choices, self.catalog)
 
     def choose(self, raw: dict) -> None:
+        # kept lazy: a screen loads when first shown (Textual's first frame needs one)
         from .recommend import RecommendScreen
 
         self.plan = self._build(**raw, mode="auto")
         self.push_screen(RecommendScreen(self.plan))
 
     def take_preset(self) -> None:
+        # kept lazy: a screen loads when first shown (Textual's first frame needs one)
         from .done import DoneScreen
 
         self.plan = self._build(**dict(self.plan.choices.to_dict(), mode="preset"))
         self.push_screen(DoneScreen(self.plan))
 
     def configure_here(self) -> None:
+        # kept lazy: a screen loads when first shown (Textual's first frame needs one)
         from .review import ReviewScreen
 
         mode = "manual" if self.plan.recommendation.path == "preset" else "auto"
@@ -283,6 +293,7 @@ class WizardApp(App[int]):
 
     def runner_for(self, plan: Plan) -> Runner:
         if self._runner is None:
+            # kept lazy: Textual's first frame does not wait for apply (and what it imports)
             from hpcwizard.apply import ShellRunner
 
             return ShellRunner(plan.target.user)
@@ -291,6 +302,7 @@ class WizardApp(App[int]):
         return self._runner(plan)
 
     def _ask_sudo(self) -> bool:
+        # kept lazy: Textual's first frame does not wait for session (and what it imports)
         from hpcwizard.session import ask_sudo_password
 
         with self.suspend():
@@ -306,9 +318,10 @@ class WizardApp(App[int]):
     def start_run(self, plan: Plan) -> None:
         """The session's order, as on the command line: its checks and sudo once (before the
         run, never inside it), the lock, a new record, then the worker."""
+        # kept lazy: Textual's first frame does not wait for session (and what it imports)
         from hpcwizard.session import Session, sudo_once
-        from hpcwizard.validate import BadInput
 
+        # kept lazy: a screen loads when first shown (Textual's first frame needs one)
         from .run import RunScreen
 
         if self.running:
@@ -373,6 +386,7 @@ class WizardApp(App[int]):
         self.start_worker(how)
 
     def finish_run(self, quit: bool) -> None:
+        # kept lazy: a screen loads when first shown (Textual's first frame needs one)
         from .done import DoneScreen
 
         if quit:
@@ -388,6 +402,7 @@ class WizardApp(App[int]):
         a worker; the checks reach the Done screen as they finish. False if one is running."""
         if self.verifying is not None or self.plan is None:
             return False
+        # kept lazy: Textual's first frame does not wait for verify (and what it imports)
         from hpcwizard.verify import System
 
         self.verifying = self._verify_system or System()
@@ -398,6 +413,7 @@ class WizardApp(App[int]):
     @work(thread=True, exit_on_error=False, group="verify")
     def verify_worker(self, plan: Plan, facts: Facts, hosts: Optional[Hosts],
                       system: System) -> None:
+        # kept lazy: Textual's first frame does not wait for verify (and what it imports)
         from hpcwizard.verify import verify
 
         report, error = None, ""
@@ -420,6 +436,7 @@ class WizardApp(App[int]):
         seconds = self.clock() - self.verify_started
         self.verify_ok = message.report is not None and message.report.ok
         if message.report is not None and self.record is not None:
+            # kept lazy: Textual's first frame does not wait for report_verify (and what it imports)
             from hpcwizard.report_verify import keep_in_record
 
             try:
@@ -512,9 +529,8 @@ class WizardApp(App[int]):
 
     def _plans_in_this_language(self) -> Callable[[Plan], Plan]:
         """plan -> the same choices built again; a plan shared by screens stays shared."""
+        # kept lazy: Textual's first frame does not wait for plan (and what it imports)
         from hpcwizard.plan import build_plan
-        from hpcwizard.validate import BadInput
-
         built: Dict[int, Plan] = {}
 
         def again(plan: Plan) -> Plan:
@@ -529,10 +545,6 @@ class WizardApp(App[int]):
 
 
 def load_facts_file(path: str) -> Facts:
-    from hpcwizard.facts import Facts
-    from hpcwizard.inputs import SMALL_FILE_LIMIT, read_text
-    from hpcwizard.validate import BadInput
-
     try:
         # a regular file of at most SMALL_FILE_LIMIT: a FIFO or /dev/zero is refused at once
         return Facts.from_dict(json.loads(read_text(path, "HPCWIZARD_FACTS", SMALL_FILE_LIMIT)))

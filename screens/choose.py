@@ -12,6 +12,8 @@ from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Static
 
 from hpcwizard import vocab
 from hpcwizard.i18n import N_, _
+from hpcwizard.peers import default_peers, pattern_list
+from hpcwizard.validate import BadInput, port, user_name
 
 from .widgets import CoreCheck, WizardScreen
 
@@ -20,21 +22,15 @@ if TYPE_CHECKING:
 
 
 def _user(value: str) -> None:
-    from hpcwizard.validate import user_name
-
     if value.strip():
         user_name(value.strip())
 
 
 def _port(value: str) -> None:
-    from hpcwizard.validate import port
-
     port(value)
 
 
 def _peers(value: str) -> None:
-    from hpcwizard.peers import pattern_list
-
     pattern_list(value.strip())
 
 
@@ -48,9 +44,6 @@ def derived_peers(facts: Facts) -> Tuple[str, str, bool]:
     of a platform variable that cannot be read, at the field it is about."""
     import os
     import socket
-
-    from hpcwizard.peers import default_peers
-    from hpcwizard.validate import BadInput
 
     hostname = facts.hostname if facts is not None else socket.gethostname()
     try:
@@ -274,8 +267,6 @@ class ChooseScreen(WizardScreen):
 
     def action_next(self) -> None:
         """Validate every field, then the whole; on success the App builds the plan."""
-        from hpcwizard.validate import BadInput
-
         first_bad: Optional[str] = None
         for name in FIELDS:
             widget = self.query_one(f"#{name}", Input)

@@ -16,6 +16,9 @@ from textual.widgets import Button, Input, Label, Static
 
 from hpcwizard.i18n import N_, _, field, ljust, pick, width
 from hpcwizard.report import status_word
+from hpcwizard.report_verify import check_lines, counts_line, mark, mark_width
+from hpcwizard.runtime import from_environment, hosts_from_text
+from hpcwizard.validate import BadInput
 
 from .widgets import ExportPanel, WizardScreen
 
@@ -38,8 +41,6 @@ ROLE_STYLE = {"pass": "green", "fail": "bold red", "skip": "dim", "ran": "dim",
 
 def _hosts_from_text(text: str) -> Optional[Hosts]:
     """The Hosts typed in the field (None when empty: this instance only)."""
-    from hpcwizard.runtime import hosts_from_text
-
     return hosts_from_text(text, _("hosts")) if text.strip() else None
 
 
@@ -47,9 +48,6 @@ def platform_hosts() -> Tuple[Optional[Hosts], str]:
     """The hosts the platform's variables name (Hosts or None), and the error if they are
     unreadable ("" otherwise)."""
     import os
-
-    from hpcwizard.runtime import from_environment
-    from hpcwizard.validate import BadInput
 
     try:
         return from_environment(os.environ), ""
@@ -179,8 +177,6 @@ class DoneScreen(WizardScreen):
     def action_verify(self) -> None:
         """Check here and across the hosts in the field; a bad host list is refused at the
         field, with the reason."""
-        from hpcwizard.validate import BadInput
-
         if not self.can_verify:
             return
         if self.verify_state == "running":
@@ -246,8 +242,6 @@ class DoneScreen(WizardScreen):
         """The verification as shown: who was checked, the outcome, then each check (the
         failures first once it ended), its further lines hanging under its title."""
         from rich.table import Table
-
-        from hpcwizard.report_verify import check_lines, counts_line, mark, mark_width
 
         head = Text()
         if self.verify_state == "idle":
@@ -355,8 +349,6 @@ class DoneScreen(WizardScreen):
 
     def check_hosts_field(self) -> None:
         """The hosts typed, checked once typing paused: the refusal, else the usual hint."""
-        from hpcwizard.validate import BadInput
-
         self.check_timer = None
         hosts_input = next(self.query("#verify-hosts").results(Input), None)
         if hosts_input is None:  # the screen was drawn anew (F2) meanwhile: nothing to check

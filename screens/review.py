@@ -17,6 +17,7 @@ from textual.widgets.option_list import Option
 from .messages import DiffsReady, StepChecked
 from hpcwizard.i18n import N_, _, field
 from hpcwizard.report import file_diffs
+from hpcwizard.session import no_sudo_here
 
 from .widgets import ExportScreen, WizardScreen
 
@@ -128,8 +129,6 @@ class ReviewScreen(WizardScreen):
     def blocked(self) -> str:
         """Why Run cannot work for this user (hpcwizard.session.no_sudo_here), while a step
         that needs sudo is not known to be done already: said before Run, not at step 1."""
-        from hpcwizard.session import no_sudo_here
-
         facts = self.app.facts
         why = no_sudo_here(facts.user) if facts is not None else ""
         if why and any(s.as_ == "root" and not self.done[i]

@@ -11,7 +11,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Log, ProgressBar, Static
 
-from hpcwizard.i18n import N_, _, field
+from hpcwizard.apply import RunFinished, StepFinished, StepOutput, StepStarted
+from hpcwizard.i18n import N_, _, field, get_language
 from hpcwizard.report import earlier_lines, status_word
 from hpcwizard.safe_text import visible
 
@@ -109,8 +110,6 @@ class RunScreen(WizardScreen):
 
     @staticmethod
     def app_language() -> str:
-        from hpcwizard.i18n import get_language
-
         return get_language()
 
     def on_mount(self) -> None:
@@ -173,8 +172,6 @@ class RunScreen(WizardScreen):
         self.update_controls()
 
     def apply_events(self, events: Sequence[object]) -> None:
-        from hpcwizard.apply import RunFinished, StepFinished, StepOutput, StepStarted
-
         log = self.query_one("#run-log", Log)
         pending: List[str] = []
         total = len(self.titles)

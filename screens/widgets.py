@@ -16,7 +16,9 @@ from textual.screen import ModalScreen, Screen
 from textual.validation import ValidationResult, Validator
 from textual.widgets import Button, Footer, Header, Input, Label, RadioButton, RadioSet, Static
 
+from hpcwizard.facts import Note
 from hpcwizard.i18n import N_, _, get_language, width
+from hpcwizard.validate import BadInput
 from hpcwizard.vocab import EXPORT_FILE_NAMES
 
 if TYPE_CHECKING:
@@ -138,8 +140,6 @@ class CoreCheck(Validator):
         self.check = check
 
     def validate(self, value: str) -> ValidationResult:
-        from hpcwizard.validate import BadInput
-
         try:
             self.check(value)
         except BadInput as exc:
@@ -238,6 +238,7 @@ class ExportPanel(Vertical):
         """path: the file name to start with (what the user had typed, drawn again after
         F2); empty: the format's default."""
         super().__init__(id=id, classes="export")
+        # kept lazy: Textual's first frame does not wait for export (and what it imports)
         from hpcwizard.export import export_formats
 
         self.plan = plan
@@ -294,9 +295,8 @@ class ExportPanel(Vertical):
         """session.write_export, as `hpcwizard export -o PATH`: every file the format needs,
         the same modes. Files already at those names are replaced only after the user says
         so here (the command line's --force)."""
+        # kept lazy: Textual's first frame does not wait for session (and what it imports)
         from hpcwizard.session import ExportExists, write_export
-        from hpcwizard.validate import BadInput
-
         raw = self.query_one("#export-path", Input).value.strip()
         if not raw:
             self._say(_("Give a file name to write to."), error=True)
@@ -362,8 +362,6 @@ class ExportScreen(ModalScreen[None]):
 def bullet_text(items: Iterable[str], style: str = "") -> Text:
     """One bullet per item; a detection Note (a plan's warnings carry them) in the chosen
     language."""
-    from hpcwizard.facts import Note
-
     text = Text()
     for item in items:
         text.append("• ", style="bold")

@@ -74,7 +74,7 @@ def test_a_node_rank_that_is_no_rank_is_refused_before_any_check(monkeypatch, ca
     from hpcwizard import cli
 
     ran = []
-    monkeypatch.setattr(cli, "_plan", lambda *a, **k: ran.append("plan"))
+    monkeypatch.setattr("hpcwizard.commands.configure._plan", lambda *a, **k: ran.append("plan"))
     monkeypatch.setenv("NODE_RANK", "5")
     assert cli.main(["verify", "--framework", "mpi", "--network", "tcp",
                      "--hosts", "a,b"]) == 2

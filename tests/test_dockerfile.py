@@ -168,7 +168,8 @@ def test_hadolint_itself_catches_errors(tmp_path):
 
 
 def test_cli_export_writes_dockerfile_and_setup_script(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cli, "_facts", lambda sysroot, **_: make_facts("rocky9"))
+    monkeypatch.setattr("hpcwizard.commands.configure.facts_here",
+                        lambda sysroot, **_: make_facts("rocky9"))
     out = tmp_path / "ctx" / "Dockerfile"
     out.parent.mkdir()
     code = cli.main(["export", "--format", "dockerfile", "--framework", "mpi", "--network", "ib",

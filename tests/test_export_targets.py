@@ -17,7 +17,8 @@ ARGV = ["export", "--framework", "mpi", "--network", "tcp"]
 
 @pytest.fixture(autouse=True)
 def facts(monkeypatch):
-    monkeypatch.setattr(cli, "_facts", lambda sysroot, **_: make_facts("rocky9"))
+    monkeypatch.setattr("hpcwizard.commands.configure.facts_here",
+                        lambda sysroot, **_: make_facts("rocky9"))
 
 
 def one_line_refusal(capsys, argv) -> str:
@@ -78,15 +79,15 @@ def test_a_name_too_long_is_one_line_and_writes_nothing(tmp_path, capsys, fmt, n
 def test_a_failed_named_file_takes_back_the_companion_it_made(tmp_path, capsys, monkeypatch):
     """The companions are written first: when the named file then fails, the new companion
     goes too (nothing is left of an export that was refused)."""
-    from hpcwizard import record
+    from hpcwizard import session
 
-    real = record.write_private
+    real = session.write_private
 
     def fail_on_dockerfile(path, *a, **k):
         if Path(path).name == "Dockerfile":
             raise PermissionError(13, "Permission denied")
         return real(path, *a, **k)
 
-    monkeypatch.setattr(record, "write_private", fail_on_dockerfile)
+    monkeypatch.setattr(session, "write_private", fail_on_dockerfile)  # the export's writer
     one_line_refusal(capsys, ARGV + ["--format", "dockerfile", "-o", str(tmp_path / "Dockerfile")])
     assert os.listdir(tmp_path) == []

@@ -342,7 +342,8 @@ def test_ucx_choices_are_validated(raw, msg):
 
 
 def test_cli_ucx_url_options(capsys, monkeypatch):
-    monkeypatch.setattr(cli, "_facts", lambda sysroot, **_: make_facts("ubuntu2204"))
+    monkeypatch.setattr("hpcwizard.commands.configure.facts_here",
+                        lambda sysroot, **_: make_facts("ubuntu2204"))
     code = cli.main(["plan", "--framework", "mpi", "--network", "ib", "--ucx-url", UCX_URL,
                      "--ucx-sha256", "AB" * 32, "--json"])
     assert code == 0

@@ -234,7 +234,8 @@ def test_an_unreadable_variable_stops_an_mpi_plan_but_not_a_pytorch_one(catalog)
 
 
 def test_the_cli_refuses_peers_for_pytorch_only_when_given():
-    from hpcwizard.cli import _choices, build_parser
+    from hpcwizard.cli import build_parser
+    from hpcwizard.commands.configure import _choices
 
     parse = build_parser().parse_args
     assert _choices(parse(["plan", "--framework", "pytorch", "--network", "tcp"])).peers == ""

@@ -35,7 +35,8 @@ def victim(tmp_path):
 @pytest.mark.parametrize("fmt", ["setup", "dockerfile", "launch"])
 def test_export_replaces_a_planted_link_and_sets_the_mode_before(tmp_path, monkeypatch, capsys,
                                                                   victim, fmt):
-    monkeypatch.setattr(cli, "_facts", lambda sysroot, **_: make_facts("rocky9"))
+    monkeypatch.setattr("hpcwizard.commands.configure.facts_here",
+                        lambda sysroot, **_: make_facts("rocky9"))
     ctx = tmp_path / "ctx"
     ctx.mkdir()
     out = ctx / "out"

@@ -17,7 +17,8 @@ pytest.importorskip("textual")
 
 from _tui_fixtures import (FakeRunner, bare_container, gpu_ib, make_app, name,  # noqa: E402
                            run_until, sync, text_of, wait_for)
-from hpcwizard import cli, lock, record as record_mod  # noqa: E402
+from hpcwizard import cli, lock, record as record_mod, session  # noqa: E402
+from hpcwizard.commands import configure  # noqa: E402
 from hpcwizard.record import Record  # noqa: E402
 
 
@@ -53,7 +54,7 @@ class LockSpy:
                 spy.saves_unlocked += 1
             real_save(self_record)
 
-        monkeypatch.setattr(lock, "run_lock", spying_lock)
+        monkeypatch.setattr(session, "run_lock", spying_lock)  # what a Session takes
         monkeypatch.setattr(Record, "save", save)
 
 
@@ -83,7 +84,7 @@ async def _app_run(tmp_path: Path, facts, runner, *statuses: str) -> "tuple[int,
 def _cli_run(tmp_path: Path, plan, facts, runner) -> "tuple[int, Path]":
     path = tmp_path / "cli" / "record.toml"
     path.parent.mkdir(mode=0o700)
-    code = cli._run_plan(plan, facts, str(path), yes=True, dry_run=False, runner=runner)
+    code = configure._run_plan(plan, facts, str(path), yes=True, dry_run=False, runner=runner)
     return code, path
 
 
@@ -142,7 +143,8 @@ async def test_an_export_is_the_same_files_and_modes_from_both(tmp_path, monkeyp
     """The Dockerfile with its build context (hpcwizard-setup.sh beside it: COPY needs it),
     the same modes; a user's own file at the name is replaced only when they say so."""
     facts = gpu_ib()
-    monkeypatch.setattr(cli, "_facts", lambda sysroot, **_: facts)
+    monkeypatch.setattr("hpcwizard.commands.configure.facts_here",
+                        lambda sysroot, **_: facts)
     app_dir, cli_dir = tmp_path / "app-out", tmp_path / "cli-out"
     app_dir.mkdir()
     cli_dir.mkdir()
@@ -201,7 +203,8 @@ async def test_pytorch_gets_no_ssh_settings_from_either(tmp_path, monkeypatch):
     from textual.widgets import Input, RadioSet
 
     facts = bare_container()
-    monkeypatch.setattr(cli, "_facts", lambda sysroot, **_: facts)
+    monkeypatch.setattr("hpcwizard.commands.configure.facts_here",
+                        lambda sysroot, **_: facts)
     app = make_app(tmp_path, facts=facts)
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("enter")
@@ -215,11 +218,11 @@ async def test_pytorch_gets_no_ssh_settings_from_either(tmp_path, monkeypatch):
         await wait_for(pilot, lambda: name(app) == "RecommendScreen")
         wizard = app.plan.choices
     args = cli.build_parser().parse_args(["plan", "--framework", "pytorch", "--network", "tcp"])
-    assert wizard == cli._choices(args)
+    assert wizard == configure._choices(args)
     refused = cli.build_parser().parse_args(["plan", "--framework", "pytorch", "--network",
                                              "tcp", "--host-keys", "off"])
     with pytest.raises(cli.BadInput, match="SSH is configured for MPI only"):
-        cli._choices(refused)
+        configure._choices(refused)
     core = make_choices(framework="pytorch", network="tcp", host_keys="off", peers="gpu-*",
                         ssh_port="2200")
     assert core == wizard

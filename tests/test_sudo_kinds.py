@@ -12,7 +12,8 @@ from typing import Dict, List, Optional
 
 import pytest
 
-from hpcwizard import cli, session
+from hpcwizard import session
+from hpcwizard.commands import configure
 from hpcwizard.apply import ShellRunner
 from hpcwizard.catalog import load_catalog
 from hpcwizard.choices import make_choices
@@ -305,34 +306,34 @@ def fake_sudo(tmp_path: Path, monkeypatch, validate_rc: int = 0, list_rc: int = 
 
 def test_no_terminal_refuses_before_sudo_is_asked(tmp_path, monkeypatch):
     log = fake_sudo(tmp_path, monkeypatch)
-    monkeypatch.setattr(cli, "_has_terminal", lambda: False)
+    monkeypatch.setattr("hpcwizard.commands.configure._has_terminal", lambda: False)
     with pytest.raises(BadInput) as exc:
-        cli._sudo_once(True, "password")
+        configure._sudo_once(True, "password")
     assert "no terminal" in str(exc.value) and "nothing was changed" in str(exc.value)
     assert not log.exists()
 
 
 def test_the_password_is_asked_once_then_bash_is_checked(tmp_path, monkeypatch):
     log = fake_sudo(tmp_path, monkeypatch)
-    monkeypatch.setattr(cli, "_has_terminal", lambda: True)
-    cli._sudo_once(True, "password")
+    monkeypatch.setattr("hpcwizard.commands.configure._has_terminal", lambda: True)
+    configure._sudo_once(True, "password")
     # the password on sudo's stdin, never on its command line
     assert log.read_text().splitlines() == ["-S -p  -v", "stdin: secret", "-n -l bash"]
 
 
 def test_a_password_that_opens_no_shell_is_refused(tmp_path, monkeypatch):
     fake_sudo(tmp_path, monkeypatch, list_rc=1)
-    monkeypatch.setattr(cli, "_has_terminal", lambda: True)
+    monkeypatch.setattr("hpcwizard.commands.configure._has_terminal", lambda: True)
     with pytest.raises(BadInput) as exc:
-        cli._sudo_once(True, "password")
+        configure._sudo_once(True, "password")
     assert "does not let you run bash as root" in str(exc.value)
 
 
 def test_a_wrong_password_is_refused(tmp_path, monkeypatch):
     fake_sudo(tmp_path, monkeypatch, validate_rc=1)
-    monkeypatch.setattr(cli, "_has_terminal", lambda: True)
+    monkeypatch.setattr("hpcwizard.commands.configure._has_terminal", lambda: True)
     with pytest.raises(BadInput) as exc:
-        cli._sudo_once(True, "password")
+        configure._sudo_once(True, "password")
     assert "did not accept the password" in str(exc.value)
 
 
@@ -340,8 +341,8 @@ def test_a_wrong_password_is_refused(tmp_path, monkeypatch):
                                               (True, "root"), (True, "denied")])
 def test_sudo_is_not_asked_when_there_is_nothing_to_ask(tmp_path, monkeypatch, needs_root, sudo):
     log = fake_sudo(tmp_path, monkeypatch)
-    monkeypatch.setattr(cli, "_has_terminal", lambda: False)
-    cli._sudo_once(needs_root, sudo)
+    monkeypatch.setattr("hpcwizard.commands.configure._has_terminal", lambda: False)
+    configure._sudo_once(needs_root, sudo)
     assert not log.exists()
 
 
@@ -350,8 +351,8 @@ def test_has_terminal_is_false_without_a_controlling_terminal():
     import sys
 
     # a new session has no controlling terminal, whatever this one has
-    proc = subprocess.run([sys.executable, "-c", "from hpcwizard import cli; "
-                           "print(cli._has_terminal())"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-c", "from hpcwizard.commands import configure; "
+                           "print(configure._has_terminal())"], capture_output=True, text=True,
                           start_new_session=True, stdin=subprocess.DEVNULL)
     assert proc.stdout.strip() == "False", proc.stderr
 

@@ -177,7 +177,8 @@ def test_cli_formats_and_exits(monkeypatch, capsys):
 
     fake = FakeSystem({"node1": "ok", "node2": "down"})
     monkeypatch.setattr(v, "System", lambda: fake)
-    monkeypatch.setattr("hpcwizard.cli._facts", lambda sysroot, **_: facts(user=ROOT))
+    monkeypatch.setattr("hpcwizard.commands.configure.facts_here",
+                        lambda sysroot, **_: facts(user=ROOT))
     rc = main(["verify", "--framework", "mpi", "--network", "tcp", "--manual",
                "--hosts", "node1,node2"])
     out = capsys.readouterr().out
@@ -204,7 +205,8 @@ def test_cli_verify_record_uses_its_choices_and_keeps_the_outcome(monkeypatch, c
 
     fake = FakeSystem({"node1": "ok", "node2": "nokey"}, port=2022)
     monkeypatch.setattr(v, "System", lambda: fake)
-    monkeypatch.setattr("hpcwizard.cli._facts", lambda sysroot, **_: facts(user=ROOT))
+    monkeypatch.setattr("hpcwizard.commands.configure.facts_here",
+                        lambda sysroot, **_: facts(user=ROOT))
     made = build_plan(facts(user=ROOT), make_choices(framework="mpi", network="tcp",
                                                      mode="manual", ssh_port="2022"),
                       load_catalog())
@@ -238,7 +240,8 @@ def _cli_record(monkeypatch, tmp_path, peers):
 
     fake = FakeSystem(peers)
     monkeypatch.setattr(v, "System", lambda: fake)
-    monkeypatch.setattr("hpcwizard.cli._facts", lambda sysroot, **_: facts(user=ROOT))
+    monkeypatch.setattr("hpcwizard.commands.configure.facts_here",
+                        lambda sysroot, **_: facts(user=ROOT))
     made = build_plan(facts(user=ROOT), make_choices(framework="mpi", network="tcp",
                                                      mode="manual"), load_catalog())
     record = Record.new(made, facts(user=ROOT), tmp_path / "r.toml")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Protocol, Sequence, Tuple
 
 from . import ops, proc
+from .detect.user import fallback_name
 from .diagnose import Diagnosis, diagnose
 from .record import Record, now
 from .step import RecordStep, Step
@@ -185,8 +186,6 @@ def _current_user() -> str:
         # No passwd entry (docker run --user 12345): detection names this user from the
         # environment, and so the plan's target "this user" has that name. Its steps must run
         # directly: `sudo -u NAME` fails ("you do not exist in the passwd database").
-        from .detect.user import fallback_name
-
         return fallback_name(os.geteuid())
 
 

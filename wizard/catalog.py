@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from . import vocab
 from .compat import tomllib
+from .ops import OPERATIONS
 
 # The frameworks, networks, conditions and placeholders a recipe may name are
 # hpcwizard.vocab's, read there at load time.
@@ -313,8 +314,6 @@ def _step(name: str, index: int, data: dict) -> StepSpec:
             raise RecipeError(f"{where}: 'validate' and 'call' belong to file, block, dropin and op steps")
     elif kind == "op":
         # one call of the library: its check, undo and diff are the same call in those modes
-        from .ops import OPERATIONS
-
         if spec.check or spec.run or spec.undo or spec.path:
             raise RecipeError(f"{where}: kind 'op' is one 'call'; its check, run and undo come from it")
         if "\n" in spec.call.strip() or spec.call.split(" ", 1)[0] not in OPERATIONS:

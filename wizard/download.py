@@ -25,6 +25,7 @@ from typing import Callable, Optional, TextIO
 
 from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from .inputs import ascii_int
+from .record import write_private
 from .validate import BadInput, sha256 as check_sha256, url as check_url
 
 CHUNK = 256 * 1024
@@ -78,8 +79,6 @@ def _write_beside(path: str, text: str) -> None:
     """path written as a new file beside it, then renamed over it: whatever was at path (a
     link) is replaced, never written through (record.write_private)."""
     from pathlib import Path
-
-    from .record import write_private
 
     write_private(Path(path), text.encode("ascii"), mode=0o644)
 

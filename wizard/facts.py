@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any, Dict, Optional, Tuple
 
+from .i18n import _
 from .notes import Note
 
 # Families decide package names and the package manager's command line.
@@ -223,8 +224,6 @@ class Facts:
     def mirrors_tried(self) -> str:
         """The mirrors the probe tried, as a person reads them: the first four, and the
         proxy it went through ('' when none is configured)."""
-        from .i18n import _
-
         shown = ", ".join(self.mirrors[:4]) + (", …" if len(self.mirrors) > 4 else "")
         if shown and self.mirrors_proxy:
             shown += "; " + _("through the proxy {proxy}").format(proxy=self.mirrors_proxy)

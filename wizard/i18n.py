@@ -24,6 +24,8 @@ import os
 import unicodedata
 from typing import Any, Dict, Mapping, Optional
 
+from . import recipes
+
 DOMAIN = "hpcwizard"
 LANGUAGES = ("en", "zh")
 CATALOGUES = {"en": "en", "zh": "zh_CN"}  # our language -> its catalogue directory
@@ -65,8 +67,6 @@ def get_language() -> str:
 
 def catalogue_bytes(lang: str) -> Optional[bytes]:
     """The compiled catalogue of lang as shipped in the package, or None."""
-    from . import recipes
-
     try:
         return recipes.read_bytes(f"locale/{CATALOGUES[lang]}/LC_MESSAGES/{DOMAIN}.mo")
     except OSError:

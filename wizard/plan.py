@@ -13,6 +13,7 @@ from . import ops, vocab
 from .catalog import (Catalog, PackageNames, Preset, Recipe, StepSpec, shipped_package_names,
                       substitute)
 from .choices import Choices
+from .detect.rdma import NEW_NCCL, OLD_NCCL_SEES
 from .facts import Facts, OsInfo, Port, SshDir
 from .i18n import N_, _, pick, translations
 from .inputs import ascii_int
@@ -741,8 +742,6 @@ def unseen_peer_memory(facts: Facts) -> str:
     """A plan warning when the peer-memory module found here is one the NCCL here does not
     look for (hpcwizard.detect.rdma.PEER_MEMORY): NCCL before 2.23 then keeps GPUDirect RDMA
     off although the module is loaded. "" when it sees it, or the NCCL is unknown."""
-    from .detect.rdma import NEW_NCCL, OLD_NCCL_SEES
-
     found, nccl = facts.rdma.gpudirect, facts.software.nccl_version
     if (not found or found == "dmabuf" or found in OLD_NCCL_SEES or not nccl
             or version_tuple(nccl)[:2] >= NEW_NCCL):

@@ -20,15 +20,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, List, Optional, Sequence
 
+from . import proc
+from .apply import (UNDO_STATUSES, RunFinished, StepFinished, apply_record, skip_stopped_step,
+                    undo_record)
 from .exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from .export import render_export
 from .i18n import _
+from .image import companion_files
+from .lock import run_lock
+from .record import Record, unfinished_records, write_private
 from .validate import BadInput
 
 if TYPE_CHECKING:
     from .apply import Runner
     from .facts import Facts, UserInfo
     from .plan import Plan
-    from .record import Record
 
 RESUMES = ("retry", "skip", "undo")
 
@@ -79,8 +85,6 @@ def open_sudo(password: str) -> bool:
     """Whether sudo accepted password (`sudo -S -v`, the password on its stdin): the
     credentials each step's `sudo -n` then finds. hpcwizard reads the password itself
     (ask_sudo_password): sudo never reads our terminal."""
-    from . import proc
-
     return proc.capture(["sudo", "-S", "-p", "", "-v"], SUDO_TIMEOUT,
                         stdin=(password + "\n").encode("utf-8"),
                         env=proc.child_env(proc.PARSED)).ok
@@ -106,8 +110,6 @@ def ask_sudo_password() -> bool:
 def sudo_allows_bash() -> bool:
     """Whether sudo, already opened, lets this user run bash as root without a password
     again: every root step is `sudo -n -- bash ...`."""
-    from . import proc
-
     return proc.capture(["sudo", "-n", "-l", "bash"], SUDO_TIMEOUT,
                         env=proc.child_env(proc.PARSED)).ok
 
@@ -153,9 +155,7 @@ class Session:
         self._record_path = record_path
         self._state_dir = state_dir
         self._record_name = record_name
-        if lock is None:
-            from .lock import run_lock as lock
-        self._lock = lock
+        self._lock = run_lock if lock is None else lock
         self._held: Optional[contextlib.ExitStack] = None
         self._reload = False
         self.earlier: "tuple[tuple[str, str], ...]" = ()
@@ -171,8 +171,6 @@ class Session:
 
     # which steps an action would run, as (as, check, id)
     def _pending(self, action: str) -> "List[tuple[str, str, str]]":
-        from .apply import UNDO_STATUSES
-
         if action == "undo":
             return [(s.step.as_, "", "") for s in self.record.steps
                     if s.outcome.status in UNDO_STATUSES]
@@ -205,8 +203,6 @@ class Session:
     def begin(self) -> Record:
         """The lock, then the record (created, never written over). Returns the record; the
         lock stays held until the next run() ends, or release()."""
-        from .record import Record
-
         self._acquire("apply")
         try:
             record = Record.new(self.plan, self.facts, self._record_path,
@@ -217,8 +213,6 @@ class Session:
             raise
         self.record = record
         # read under the lock: no other apply of this machine is writing one meanwhile
-        from .record import unfinished_records
-
         self.earlier = tuple(unfinished_records(record.path.parent, record.path))
         if self.earlier:
             record.log("earlier records that did not finish (theirs to undo): "
@@ -228,8 +222,6 @@ class Session:
     def run(self, action: str, sink: Callable[[object], None]) -> str:
         """apply | retry | skip | undo, under the lock (taken now if begin() did not leave it
         held). Returns the status the record ends with."""
-        from .apply import StepFinished, apply_record, skip_stopped_step, undo_record
-
         if action not in ("apply",) + RESUMES:
             raise ValueError(f"unknown action {action!r}")
         if self.record is None:
@@ -258,8 +250,6 @@ class Session:
 
     def _telling_earlier(self, sink: Callable[[object], None]) -> Callable[[object], None]:
         """sink, with the run's end naming the earlier unfinished records (begin())."""
-        from .apply import RunFinished
-
         if not self.earlier:
             return sink
 
@@ -275,8 +265,6 @@ class Session:
                                         directory=self._state_dir))
         self._held = stack
         if self._reload:
-            from .record import Record
-
             try:
                 self.record = Record.load(self.record.path, use=action, update=True)
             except BaseException:
@@ -332,12 +320,8 @@ class ExportExists(BadInput):
 def export_files(plan: Plan, fmt: str, path: Path) -> List[ExportFile]:
     """Every file `fmt` needs, the named one first: a Dockerfile's build context (the setup
     script it COPYs) goes beside it, or `docker build` fails at COPY."""
-    from .export import render_export
-
     files = [ExportFile(path, render_export(plan, fmt))]
     if fmt == "dockerfile":
-        from .image import companion_files
-
         files += [ExportFile(path.parent / name, body)
                   for name, body in companion_files(plan).items()]
     return files
@@ -388,8 +372,6 @@ def write_export(plan: Plan, fmt: str, path: Path,
     (ExportExists) before a byte is written. force: True replaces whatever is there; a list of
     paths replaces those only (the ones a person was asked about), anything else is refused. The mode is set on each new file before it is
     renamed into place: never a chmod of a path afterwards, never a write through a link."""
-    from .record import write_private
-
     path = Path(path).expanduser()
     _check_target(path)
     files = export_files(plan, fmt, path)

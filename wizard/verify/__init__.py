@@ -31,6 +31,7 @@ from .parse import (effective, ib_transports, parse_allreduce, parse_ucx_devices
                     transport_from_nccl_log, transport_from_ucx_log)
 from .probes import CONNECT_TIMEOUT, JOB_TIMEOUT, SSH_OPTS, SSH_TIMEOUT, Ran
 from .results import FAIL, PASS, SKIP, Check, Report
+from .shipped import program
 from .system import System
 
 __all__ = ["verify", "Check", "Report", "System", "Ran", "PASS", "FAIL", "SKIP",
@@ -47,7 +48,5 @@ _PROGRAMS = {"MPI_ALLREDUCE_C": "allreduce.c", "ALLREDUCE_PY": "allreduce.py",
 def __getattr__(name: str) -> Any:
     """The test programs' texts, read from programs/ when first asked for."""
     if name in _PROGRAMS:
-        from .shipped import program
-
         return program(_PROGRAMS[name])
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,6 +9,10 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Sequence, Tuple
 
+from ..detect.rdma import parse_rate, parse_state
+from ..detect.software import parse_ucx_version
+from .nccl_log import nccl_transport
+
 
 def first_line(text: str) -> str:
     for line in text.splitlines():
@@ -113,8 +117,6 @@ def transport_from_nccl_log(text: str) -> str:
     """'ib' for 'Using network IB' (or IBext/ a plugin over IB), 'tcp' for 'Using network
     Socket', '' when the log does not say. The whole reading (GPUDirect RDMA, the HCAs):
     nccl_log.nccl_transport."""
-    from .nccl_log import nccl_transport
-
     return {"ib": "ib", "socket": "tcp"}.get(nccl_transport(text).net, "")
 
 
@@ -156,9 +158,6 @@ class IbFacts:
 
 def parse_ib_facts(text: str) -> IbFacts:
     """ib_facts.sh's HPCWIZARD-IB lines -> IbFacts; other lines (a banner) are not facts."""
-    from ..detect.rdma import parse_rate, parse_state
-    from ..detect.software import parse_ucx_version
-
     ports: List[IbPort] = []
     uverbs: List[str] = []
     ucx_lines: List[str] = []

@@ -11,6 +11,7 @@ from typing import Mapping, Optional, Sequence
 
 from .. import proc
 from ..i18n import _
+from ..runtime import rank_of
 from ..scratch import Owner, create_file, private_dir, remove_dir
 from .probes import Probe, Ran
 
@@ -50,8 +51,6 @@ class System:
     def rank(self, names: Sequence[str]) -> Optional[int]:
         """Which of names is this instance (its index), as the launch script decides it:
         NODE_RANK, else the host name, else an address; None when none is."""
-        from ..runtime import rank_of
-
         return rank_of(list(names))
 
     def ask(self, probe: Probe) -> Ran:
