@@ -28,7 +28,7 @@ from .export import render_export
 from .i18n import _
 from .image import companion_files
 from .lock import run_lock
-from .record import Record, unfinished_records, write_private
+from .record import Record, check_state_dir, unfinished_records, write_private
 from .validate import BadInput
 
 if TYPE_CHECKING:
@@ -184,8 +184,6 @@ class Session:
 
     def preflight(self, action: str = "apply") -> None:
         """What refuses an action before it changes anything, the sudo password apart."""
-        from .record import check_state_dir
-
         check_state_dir(self._state_dir)  # the lock's, and a new record's, directory
         pending = self._pending(action)
         refuse_without_passwd_entry(self.runner, pending)
