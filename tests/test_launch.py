@@ -45,22 +45,13 @@ def test_shellcheck_and_bash_n(tmp_path, framework, network, mode):
     assert r.returncode == 0, r.stdout
 
 
-def test_settings_written_in():
-    text = launch_script(plan("mpi", "ib"))
-    assert "PORT=2222" in text
-    assert "planned_env UCX_NET_DEVICES 'mlx5_0:1'" in text
-    assert "planned_env NCCL_IB_HCA '=mlx5_0:1'" in text
-    assert "MPIRUN_ARGS=(--mca plm_rsh_args '-p 2222' --mca pml ucx)" in text
-    # one sshd starter: apply's (recipes/ops.sh), carried as it is written there
+def test_the_launch_script_carries_applys_sshd_starter():
+    """One sshd starter: apply's (recipes/ops.sh), carried as it is written there (what the
+    script's other settings hold is a table: tests/fixtures/render-cases.toml)."""
     from hpcwizard import ops
+    text = launch_script(plan("mpi", "ib"))
     starter = ops.functions("_hw_sshd_exec")
     assert starter in text and "ssh-keygen -A" in starter and "/usr/sbin/sshd -f" in starter
-    assert "config=$HOME/.sshd_config" in text and '_hw_sshd_exec -p "$port"' in text
-
-
-def test_preset_names_the_image():
-    text = launch_script(plan("pytorch", "ib", "preset"))
-    assert "preset image" in text and "torchrun" in text
 
 
 def _fakes(tmp_path: Path, hostname: str, hosts: dict) -> dict:
