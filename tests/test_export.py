@@ -63,12 +63,18 @@ def test_bash_reads_back_exactly_the_step_texts(tmp_path, monkeypatch):
     for plan in plans(monkeypatch)[:3]:
         script = setup_script(plan)
         head = script[:script.rindex('if [ "${1:-}" = "--undo" ]; then')]
-        for n, step in enumerate(plan.steps, 1):
-            for part, want in (("CHECK", step.check), ("RUN", step.run), ("UNDO", step.undo)):
-                prog = head + f'printf %s "$S{n}_{part}"\n'
-                r = subprocess.run(["bash", "-c", prog], capture_output=True, text=True)
-                assert r.returncode == 0, r.stderr
-                assert r.stdout == want, f"{step.id} {part}"
+        wanted = [(f"{step.id} {part}", want) for step in plan.steps
+                  for part, want in (("CHECK", step.check), ("RUN", step.run), ("UNDO", step.undo))]
+        # one bash a plan: every text, NUL-ended (no step text holds a NUL)
+        prog = head + "".join(f'printf "%s\\0" "$S{n}_{part}"\n'
+                              for n in range(1, len(plan.steps) + 1)
+                              for part in ("CHECK", "RUN", "UNDO"))
+        r = subprocess.run(["bash", "-c", prog], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        got = r.stdout.split("\0")
+        assert got[-1] == "" and len(got) == len(wanted) + 1
+        for (what, want), text in zip(wanted, got):
+            assert text == want, what
 
 
 def test_heredoc_delimiter_in_a_step_is_refused():

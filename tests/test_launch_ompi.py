@@ -8,17 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from _ib_fixtures import make_facts
 from test_launch import HOSTS, _fakes, _run, plan
-from hpcwizard.catalog import load_catalog
-from hpcwizard.choices import make_choices
 from hpcwizard.detect.software import parse_mpirun_version
 from hpcwizard.export import launch_script
-from hpcwizard.image import dockerfile
 from hpcwizard.facts import Software
-from hpcwizard.render.mpirun import (IFACE_ARGS_4, IFACE_ARGS_5, iface_args, mca_args,
-                                    runtime_env)
-from hpcwizard.plan import build_plan
+from hpcwizard.render.mpirun import IFACE_ARGS_4, IFACE_ARGS_5, iface_args, mca_args
 
 OUT = Path(__file__).parent / "fixtures" / "outputs"
 V4, V5 = OUT / "mpirun_openmpi-4.1.4.txt", OUT / "mpirun_openmpi-5.0.7.txt"
@@ -52,30 +46,15 @@ def test_job_settings_get_prrtes_names_for_open_mpi_5_only():
                                      "--prtemca", "prte_if_include", "eth0"]
 
 
-def test_script_text_carries_both_sets_and_the_same_interface_names():
+def test_script_text_names_the_interface_as_verify_does():
+    """Both sets of MPIRUN_ARGS are rows of tests/fixtures/render-cases.toml."""
     text = launch_script(plan("mpi", "ib"))
-    assert "MPIRUN_ARGS=(--mca plm_rsh_args '-p 2222' --mca pml ucx)" in text
-    assert "MPIRUN_ARGS_5=(--prtemca plm_ssh_args '-p 2222' --mca pml ucx)" in text
     # the bash names what verify (iface_args) names, for each version
     assert IFACE_ARGS_4[:2] == IFACE_ARGS_5[:2] == ("--mca", "btl_tcp_if_include")
     assert ('IFACE_ARGS=("${IF_NAMES[0]}" "${IF_NAMES[1]}" "$IFACE" "${IF_NAMES[2]}" '
             '"${IF_NAMES[3]}" "$IFACE")') in text
     for names in (IFACE_ARGS_4, IFACE_ARGS_5):
         assert f"IF_NAMES=({' '.join(names)})" in text
-    assert "MPIRUN_ARGS_5" not in launch_script(plan("pytorch", "tcp"))
-
-
-def test_dockerfile_env_names_the_port_for_both_versions():
-    p = build_plan(make_facts("debian12"), make_choices(framework="mpi", network="tcp",
-                                                        mode="manual", ssh_port="2345"),
-                   load_catalog())
-    assert runtime_env(p.job) == [("OMPI_MCA_plm_rsh_args", "-p 2345"),
-                          ("PRTE_MCA_plm_ssh_args", "-p 2345")]
-    env = [ln for ln in dockerfile(p).splitlines() if ln.startswith("ENV ")]
-    assert env == ['ENV OMPI_MCA_plm_rsh_args="-p 2345" PRTE_MCA_plm_ssh_args="-p 2345"']
-    torch = build_plan(make_facts("debian12"), make_choices(framework="pytorch", network="tcp",
-                                                            mode="manual"), load_catalog())
-    assert not [ln for ln in dockerfile(torch).splitlines() if ln.startswith("ENV ")]
 
 
 # --- the script, run --------------------------------------------------------------------------
