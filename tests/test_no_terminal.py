@@ -92,8 +92,10 @@ def test_every_route_to_another_user_starts_without_our_terminal(route, monkeypa
         if argv[0] == "runuser":
             assert kw.get("start_new_session") is True, (argv, kw)  # no controlling terminal
         else:
-            # sudo keeps our session (its credentials are the terminal's) ...
-            assert argv[0] == "sudo" and kw.get("process_group") == 0, (argv, kw)
+            # sudo keeps our session (its credentials are the terminal's) in a process group
+            # of its own (process_group from 3.11, setpgrp before) ...
+            assert argv[0] == "sudo" and not kw.get("start_new_session"), (argv, kw)
+            assert kw.get("process_group") == 0 or kw.get("preexec_fn") is os.setpgrp, (argv, kw)
             if runs_as == "other":  # ... and what it runs as another user detaches itself
                 command = list(argv[argv.index("--") + 1:])
                 assert command[:3] == ["bash", "-c", proc.DETACHED], argv
