@@ -10,6 +10,7 @@ interrupted test left, and removes the test user.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pwd
@@ -20,7 +21,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, Iterator, List
 
 import pytest
 
@@ -195,6 +196,19 @@ def _remove_user(name: str) -> None:
     _kill_user_processes(uid)
     proc = subprocess.run(["userdel", "-r", name], capture_output=True, text=True)
     assert proc.returncode in (0, 12), f"userdel failed{show(proc)}"  # 12: no mail spool
+
+
+@contextlib.contextmanager
+def real_user(name: str, *useradd: str) -> Iterator[str]:
+    """A real user with a home and no password (one a killed run left is made anew), removed
+    with its home and processes after."""
+    _remove_user(name)
+    for argv in (["useradd", "-m", *useradd, name], ["usermod", "-p", "*", name]):
+        subprocess.run(argv, check=True, capture_output=True)
+    try:
+        yield name
+    finally:
+        _remove_user(name)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from typing import Callable, Dict
 
 import pytest
 
-from test_apply_mpi_tcp import _remove_user, show, snapshot, wizard_exe
+from test_apply_mpi_tcp import real_user, show, snapshot, wizard_exe
 
 pytestmark = pytest.mark.system
 
@@ -46,16 +46,11 @@ CASES: Dict[str, Callable[[Path], str]] = {"sshd-config-dir": _sshd_config_dir,
 
 @pytest.fixture
 def user_home() -> Path:
-    _remove_user(USER)
-    for argv in (["useradd", "-m", USER], ["usermod", "-p", "*", USER]):
-        subprocess.run(argv, check=True, capture_output=True)
-    try:
+    with real_user(USER):
         home = Path(pwd.getpwnam(USER).pw_dir)
         (home / ".ssh").mkdir(mode=0o700)
         os.chown(home / ".ssh", pwd.getpwnam(USER).pw_uid, pwd.getpwnam(USER).pw_gid)
         yield home
-    finally:
-        _remove_user(USER)
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -28,7 +28,7 @@ from typing import Dict, List
 import pytest
 
 from _hardening import package_list
-from test_apply_mpi_tcp import _remove_user, diff, show, snapshot, wizard_exe
+from test_apply_mpi_tcp import diff, real_user, show, snapshot, wizard_exe
 
 pytestmark = pytest.mark.system
 
@@ -82,13 +82,8 @@ def tui_text(tmp: Path) -> Dict[str, str]:
 
 @pytest.fixture
 def test_user() -> str:
-    _remove_user(USER)
-    for argv in (["useradd", "-m", USER], ["usermod", "-p", "*", USER]):
-        subprocess.run(argv, check=True, capture_output=True)
-    try:
-        yield USER
-    finally:
-        _remove_user(USER)
+    with real_user(USER) as name:
+        yield name
 
 
 def test_no_key_material_modes_and_sshd_settings(tmp_path: Path, test_user: str) -> None:

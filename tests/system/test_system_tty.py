@@ -31,7 +31,7 @@ import pytest
 from _core_fixtures import wizard_exe
 from _hardening import packages_installed
 from _tiocsti import ATTEMPT
-from test_apply_mpi_tcp import _remove_user, show
+from test_apply_mpi_tcp import real_user, show
 
 pytestmark = pytest.mark.system
 
@@ -57,13 +57,8 @@ def installed() -> Iterator[None]:
 
 @pytest.fixture
 def job_user() -> Iterator[str]:
-    _remove_user(USER)
-    for argv in (["useradd", "-m", "-s", "/bin/bash", USER], ["usermod", "-p", "*", USER]):
-        subprocess.run(argv, check=True, capture_output=True)
-    try:
-        yield USER
-    finally:
-        _remove_user(USER)
+    with real_user(USER, "-s", "/bin/bash") as name:
+        yield name
 
 
 def plant(home: Path, marker: Path) -> Path:
