@@ -143,6 +143,9 @@ class DoneScreen(WizardScreen):
             self.hosts_text = self.query_one("#verify-hosts", Input).value
         panel = self.query_one(ExportPanel)
         self.export_kept = (panel.fmt, panel.path)
+        if self.check_timer is not None:  # its widgets go away with the old drawing
+            self.check_timer.stop()
+            self.check_timer = None
         await self.recompose()
         self.after_language()
 
@@ -342,7 +345,8 @@ class DoneScreen(WizardScreen):
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "verify-hosts":
             # where the hosts come from, at once; whether they can be read, when typing pauses
-            self.query_one("#verify-hint", Static).update(self.hosts_hint(value=event.value))
+            for hint in self.query("#verify-hint").results(Static):  # none mid-redraw
+                hint.update(self.hosts_hint(value=event.value))
             if self.check_timer is not None:
                 self.check_timer.stop()
             self.check_timer = self.set_timer(CHECK_PAUSE, self.check_hosts_field)
@@ -351,7 +355,8 @@ class DoneScreen(WizardScreen):
         """The hosts typed, checked once typing paused: the refusal, else the usual hint."""
         self.check_timer = None
         hosts_input = next(self.query("#verify-hosts").results(Input), None)
-        if hosts_input is None:  # the screen was drawn anew (F2) meanwhile: nothing to check
+        hint = next(self.query("#verify-hint").results(Static), None)
+        if hosts_input is None or hint is None:  # mid-redraw: the redraw checks again
             return
         value = hosts_input.value
         error = ""
@@ -362,7 +367,7 @@ class DoneScreen(WizardScreen):
             except BadInput as exc:
                 error = str(exc)
         hosts_input.set_class(bool(error), "-invalid")  # the field's red border, as Input's own
-        self.query_one("#verify-hint", Static).update(self.hosts_hint(error, value))
+        hint.update(self.hosts_hint(error, value))
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "verify-run":

@@ -96,6 +96,45 @@ async def _f2_on_done() -> None:
 
 
 
+def test_f2_on_done_keeps_a_refused_host_list_refused(monkeypatch):
+    """A host list refused at the field stays refused after F2: red, with the reason under it,
+    and F2 pressed while the check is still pending does not lose it either."""
+    import asyncio
+
+    monkeypatch.delenv("HOSTS", raising=False)
+    asyncio.run(_f2_keeps_refusal())
+
+
+async def _f2_keeps_refusal() -> None:
+    from textual.widgets import Static
+
+    app = app_for("bare", peers={"node1": "ok"})
+    async with app.run_test(size=(80, 24)) as pilot:
+        await go_done(pilot)
+        done = app.screen
+        # started in Chinese: F2 to English with the check done, then back with it pending
+        for pending, refusal in ((False, "unmatched bracket"), (True, "方括号不匹配")):
+            done.query_one("#verify-hosts", Input).value = "node[1-"
+            if not pending:
+                await until(pilot, lambda: done.query_one("#verify-hosts").has_class("-invalid"))
+            await pilot.press("f2")
+
+            def refused_in_new_language(refusal=refusal) -> bool:
+                field = next(done.query("#verify-hosts").results(Input), None)
+                hint = next(done.query("#verify-hint").results(Static), None)
+                return (field is not None and hint is not None and field.has_class("-invalid")
+                        and refusal in text_of(hint))
+
+            await until(pilot, refused_in_new_language)
+            assert done.query_one("#verify-hosts", Input).value == "node[1-"
+
+        # the check's timer firing between two drawings (field there, hint not yet) waits
+        # for the new drawing's own check instead of failing
+        await done.query_one("#verify-hint").remove()
+        done.check_hosts_field()
+        assert done.check_timer is None
+
+
 def _cjk(text: str) -> bool:
     return any("\u4e00" <= ch <= "\u9fff" for ch in text)
 
