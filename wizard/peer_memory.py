@@ -1,7 +1,7 @@
 """Where NCCL looks for a GPUDirect RDMA peer-memory module, by NCCL version.
 
 NCCL counts a module as loaded when one of a few version files exists (ncclIbGdrSupport in
-src/transport/net_ib.cc, net_ib/gdr.cc from 2.29), and which files changed between
+src/transport/net_ib.cc, net_ib/gdr.cc from 2.29), and the files changed between
 releases. detect records the ones present (Rdma.peer_memory); the plan and verify ask this
 table whether the NCCL in use looks at any of them. DMA-BUF (NCCL 2.13 and later) is
 checked apart from this table: it needs no module.
