@@ -701,7 +701,12 @@ hw_rt_wait() {
     fi
     if [ "$try" -ge "$tries" ]; then
       _hw_rt_log "$h: $what not ready after $try tries"
-      _hw_rt_fail '{host}: {what} not ready after {tries} tries' host "$h" what "$what" tries "$try"
+      if [ "$what" = name ]; then
+        # the job's names are the user's to make resolve: say how, not only that it failed
+        _hw_rt_fail "{host}: the name does not resolve after {tries} tries; the instances must resolve each other's names (the platform's DNS or /etc/hosts), or use the IPs the platform lists (HOSTS=10.0.0.1,10.0.0.2)" host "$h" tries "$try"
+      else
+        _hw_rt_fail '{host}: {what} not ready after {tries} tries' host "$h" what "$what" tries "$try"
+      fi
       return 1
     fi
     _hw_rt_log "waiting for $h ($what), try $try of $tries, next in ${delay}s"

@@ -193,6 +193,31 @@ def test_unreachable_peer_bounded(tmp_path):
     assert r.returncode == 2 and "ghost" in r.stderr and "try 1 of 2" in r.stderr
 
 
+@pytest.mark.parametrize("framework", ["mpi", "pytorch"])
+def test_a_name_that_does_not_resolve_says_how_names_must_resolve(tmp_path, framework):
+    """The user's to fix: the last line says what the instances need (each other's names, or
+    the platform's IP list), not only that the wait ran out."""
+    fk = _fakes(tmp_path, "a", {"a": "10.0.0.1"})
+    env = {**fk["env"], "HOSTS": "a,ghost", "MASTER_PORT": "29500"}
+    r = _run(tmp_path, launch_script(plan(framework, "tcp")), env, ["--", "hostname"])
+    last = r.stderr.strip().splitlines()[-1]
+    assert r.returncode == 2, r.stderr
+    assert last.endswith("ghost: the name does not resolve after 1 tries; the instances must "
+                         "resolve each other's names (the platform's DNS or /etc/hosts), or "
+                         "use the IPs the platform lists (HOSTS=10.0.0.1,10.0.0.2)"), last
+
+
+def test_a_port_that_does_not_answer_says_the_port(tmp_path):
+    fk = _fakes(tmp_path, "a", {"a": "10.0.0.1", "b": "10.0.0.2"})
+    # timeout 2 bash -c ': </dev/tcp/"$1"/"$2"' _ HOST PORT: b's port does not answer
+    (tmp_path / "bin" / "timeout").write_text('#!/bin/bash\n[ "$6" != b ]\n')
+    env = {**fk["env"], "HOSTS": "a,b"}
+    r = _run(tmp_path, launch_script(plan("mpi", "tcp")), env, ["--", "hostname"])
+    last = r.stderr.strip().splitlines()[-1]
+    assert r.returncode == 2 and last.endswith("b: port 2222 not ready after 1 tries"), r.stderr
+    assert "resolve each other's names" not in r.stderr
+
+
 @pytest.mark.parametrize("var", ["SLOTS", "NP", "WAIT_TRIES", "WORKER_TIMEOUT", "NPROC_PER_NODE"])
 def test_numbers_from_the_environment_never_reach_arithmetic(tmp_path, var):
     """bash arithmetic evaluates a[$(...)]: a value that is not plain digits stops the script."""

@@ -141,6 +141,9 @@ def test_every_refusal_of_the_library_is_in_the_catalogue():
                 "no {config}: run 'hpcwizard apply' as {user} first",
                 "sshd did not start listening on port {port}",
                 "{host}: {what} not ready after {tries} tries",
+                "{host}: the name does not resolve after {tries} tries; the instances must "
+                "resolve each other's names (the platform's DNS or /etc/hosts), or use the IPs "
+                "the platform lists (HOSTS=10.0.0.1,10.0.0.2)",
                 "SLOTS={value!r} is not a number from 1 to {max}",
                 "NP={value!r} is not a number from 1 to {max}",
                 # the launch script's alone, as SLOTS and NP

@@ -123,7 +123,7 @@ DONE="$RUN_DIR/done.$ME"
 if [ "$RANK" -ne 0 ]; then rm -f "$DONE"; fi
 hw_rt_sshd "$PORT" || die "$HW_RT_ERROR"
 for h in "${NAMES[@]}"; do
-  if [ "$h" != "$ME" ]; then hw_rt_wait "$h" "$WAIT_TRIES" "$PORT" || die "$h is not reachable on port $PORT"; fi
+  if [ "$h" != "$ME" ]; then hw_rt_wait "$h" "$WAIT_TRIES" "$PORT" || die "$HW_RT_ERROR"; fi
 done
 
 HOSTFILE_OUT="$RUN_DIR/hostfile.$ME"
@@ -218,7 +218,7 @@ for v in PET_MASTER_PORT MASTER_PORT; do
   if [ -n "$HW_RT_VALUE" ]; then MPORT=$HW_RT_VALUE; fi
 done
 for h in "${NAMES[@]}"; do
-  if [ "$h" != "$ME" ]; then hw_rt_wait "$h" "$WAIT_TRIES" || die "the name $h does not resolve"; fi
+  if [ "$h" != "$ME" ]; then hw_rt_wait "$h" "$WAIT_TRIES" || die "$HW_RT_ERROR"; fi
 done
 NPROC=${NPROC_PER_NODE:-} NPROC_FROM=NPROC_PER_NODE
 if [ -z "$NPROC" ] && [ -n "${PET_NPROC_PER_NODE:-}" ]; then
