@@ -472,3 +472,31 @@ def test_environment_values_reaching_a_command_line_are_checked(tmp_path, framew
     assert last.startswith("launch[node01]: " + var + "=") and "Traceback" not in r.stderr, last
     assert " is not " in last
     assert "ssh" not in calls and "mpirun" not in calls and "torchrun" not in calls, calls
+
+
+def test_help_lists_every_platforms_hosts_and_rank(tmp_path):
+    fk = _fakes(tmp_path, "a", {})
+    r = _run(tmp_path, launch_script(plan("mpi", "tcp")), fk["env"], ["--help"])
+    assert r.returncode == 0
+    for words in ("SKYPILOT_NODE_IPS", "SKYPILOT_NODE_RANK", "DSTACK_NODES_IPS",
+                  "DSTACK_MPI_HOSTFILE", "DSTACK_NODE_RANK", "MLP_WORKER_ALL_HOSTS",
+                  "MLP_ROLE_INDEX", "VC_TASK_INDEX", "ModelArts", "PAI-DLC", "LOCAL_RANK"):
+        assert words in r.stdout, words
+
+
+def test_mpi_takes_dstacks_slots_for_its_ips(tmp_path):
+    """dstack's own hostfile gives each node's slots (its GPUs); mpirun runs their sum on
+    the IPs in dstack's order, from the master (DSTACK_NODE_RANK 0)."""
+    ips = {"203.0.113.20": "203.0.113.20", "203.0.113.21": "203.0.113.21"}
+    fk = _fakes(tmp_path, "elsewhere", ips)
+    hostfile = tmp_path / "dstack-hostfile"
+    hostfile.write_text("203.0.113.20 slots=8\n203.0.113.21 slots=4\n")
+    env = {**fk["env"], "DSTACK_NODES_IPS": "203.0.113.20\n203.0.113.21",
+           "DSTACK_MASTER_NODE_IP": "203.0.113.20", "DSTACK_NODE_RANK": "0",
+           "DSTACK_NODES_NUM": "2", "DSTACK_MPI_HOSTFILE": str(hostfile)}
+    r = _run(tmp_path, launch_script(plan("mpi", "tcp")), env, ["--", "./a.out"])
+    assert r.returncode == 0, r.stderr
+    assert "(this is 203.0.113.20, rank 0 of 2)" in r.stderr
+    assert "-np 12" in fk["log"].read_text()
+    hf = (fk["home"] / ".hpcwizard/launch/hostfile.203.0.113.20").read_text()
+    assert hf.splitlines() == ["203.0.113.20 slots=8", "203.0.113.21 slots=4"]
