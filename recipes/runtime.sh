@@ -759,11 +759,18 @@ hw_rt_rank() {
   done
   addrs=" $(hostname -I 2>/dev/null || ip -o addr show 2>/dev/null | awk '{split($4, a, "/"); printf "%s ", a[1]}') "
   for ((i = 0; i < n; i++)); do
-    a=$(getent hosts "${names[i]}" 2>/dev/null | awk '{print $1; exit}') || a=''
+    a=$(_hw_rt_lookup "${names[i]}") || a=''
     if [ -n "$a" ] && [[ $addrs == *" $a "* ]]; then HW_RT_RANK=$i; return 0; fi
   done
   _hw_rt_fail 'this instance ({host}) is none of the hosts{source}; set NODE_RANK' host "$(hostname 2>/dev/null || echo '?')" source "${HW_RT_SOURCE:+ from $HW_RT_SOURCE}"
   return 1
+}
+
+# _hw_rt_lookup NAME: NAME's address. An IPv4 address is its own: getent hosts looks one up
+# in reverse, and fails where nothing names it, as for the platforms' IP lists.
+_hw_rt_lookup() {
+  if [[ $1 =~ ^$_HW_RT_DIGIT{1,3}([.]$_HW_RT_DIGIT{1,3}){3}$ ]]; then printf '%s\n' "$1"; return 0; fi
+  getent hosts "$1" 2>/dev/null | awk '{print $1; exit}'
 }
 
 # shellcheck disable=SC2016  # $1 and $2 are the inner bash's arguments: never its source
@@ -813,7 +820,7 @@ hw_rt_sshd() {
 hw_rt_wait() {
   local h=$1 tries=$2 port=${3:-} try=1 delay=1 what
   while :; do
-    if getent hosts "$h" >/dev/null; then
+    if [ -n "$(_hw_rt_lookup "$h")" ]; then
       if [ -z "$port" ] || _hw_rt_port_open "$h" "$port"; then return 0; fi
       what="port $port"
     else
@@ -948,7 +955,7 @@ hw_rt_port() {
 # instances (ens5 here, ens6 there).
 hw_rt_route_dev() {
   HW_RT_DEV=""
-  HW_RT_ADDR=$(getent hosts "$1" 2>/dev/null | awk '{print $1; exit}') || true
+  HW_RT_ADDR=$(_hw_rt_lookup "$1") || true
   [ -n "$HW_RT_ADDR" ] || return 0
   HW_RT_DEV=$(ip -o route get "$HW_RT_ADDR" 2>/dev/null | sed -n 's/.* dev \([^ ]*\).*/\1/p') || true
   if [ "$HW_RT_DEV" = lo ]; then HW_RT_DEV=""; fi

@@ -500,3 +500,23 @@ def test_mpi_takes_dstacks_slots_for_its_ips(tmp_path):
     assert "-np 12" in fk["log"].read_text()
     hf = (fk["home"] / ".hpcwizard/launch/hostfile.203.0.113.20").read_text()
     assert hf.splitlines() == ["203.0.113.20 slots=8", "203.0.113.21 slots=4"]
+
+
+def test_an_ip_list_needs_no_name_for_its_addresses(tmp_path):
+    """getent hosts ADDRESS fails where nothing names the address (no /etc/hosts line, no
+    reverse DNS): the peers of a SkyPilot IP list are waited for by their port alone, and
+    this instance finds itself by its address. verify asks ahosts, which answers."""
+    from hpcwizard.verify.probes import Resolve
+
+    fk = _fakes(tmp_path, "elsewhere", {})  # a getent that knows no name and no address
+    (tmp_path / "bin/hostname").write_text(
+        '#!/bin/bash\n[ "${1:-}" = -I ] && { echo 203.0.113.11; exit 0; }; echo elsewhere\n')
+    env = {**fk["env"], "SKYPILOT_NODE_IPS": "203.0.113.10\n203.0.113.11\n203.0.113.12"}
+    r = _run(tmp_path, launch_script(plan("pytorch", "tcp")), env, ["train.py"])
+    assert r.returncode == 0, r.stderr
+    assert "(this is 203.0.113.11, rank 1 of 3)" in r.stderr and "waiting for" not in r.stderr
+    assert "--node-rank=1 " in fk["log"].read_text()
+    assert Resolve("203.0.113.10").argv() == ("getent", "ahosts", "203.0.113.10")
+    assert Resolve("node1").argv() == ("getent", "hosts", "node1")
+    assert subprocess.run(["getent", "ahosts", "203.0.113.10"], capture_output=True,
+                          text=True).stdout.split()[0] == "203.0.113.10"
