@@ -67,11 +67,11 @@ HW_RT_HOSTFILE_LIMIT=1048576
 HW_RT_HOSTFILE_VARS=(HOSTFILE OMPI_MCA_orte_default_hostfile OMPI_MCA_prte_default_hostfile
                      PRTE_MCA_prte_default_hostfile)
 HW_RT_SLURM_VARS=(SLURM_JOB_NODELIST SLURM_NODELIST)
-# shellcheck disable=SC2034  # read by hw_rt_answer; the launch script does not use it
 # The platforms' own rank variables, each read only for the hosts its platform named
 # (HW_RT_RANK_VAR, set by hw_rt_discover): SkyPilot, dstack, Volcengine ML platform,
 # Volcano's index in its task (ModelArts), PAI-DLC's RANK
 HW_RT_RANK_VARS=(SKYPILOT_NODE_RANK DSTACK_NODE_RANK MLP_ROLE_INDEX VC_TASK_INDEX RANK)
+# shellcheck disable=SC2034  # read by hw_rt_answer; the launch script does not use it
 HW_RT_PLATFORM_VARS=(HOSTS "${HW_RT_HOSTFILE_VARS[@]}" "${HW_RT_SLURM_VARS[@]}" MASTER_ADDR
                      PET_MASTER_ADDR PET_NNODES WORLD_SIZE PET_NPROC_PER_NODE NODE_RANK
                      PET_NODE_RANK SKYPILOT_NODE_IPS SKYPILOT_NUM_NODES DSTACK_NODES_IPS
@@ -734,7 +734,7 @@ hw_rt_discover() {
 # else PET_NODE_RANK (Kubeflow's; TrainJob sets no NODE_RANK), else HW_RT_RANK_VAR (the
 # rank variable of the platform whose list hw_rt_discover read: SKYPILOT_NODE_RANK, ...),
 # else the name that is this host's name (hostname, -s, -f; a name's short form counts),
-# else the first whose address (getent hosts) is one of this host's. Status 1: none of
+# else the first whose address (_hw_rt_lookup) is one of this host's. Status 1: none of
 # them; 2: the rank variable is not one of the ranks.
 hw_rt_rank() {
   local n=$# i name mine addrs a var=NODE_RANK
@@ -992,7 +992,7 @@ hw_rt_roce_gid() {
 # the rank variable of the source (HW_RT_RANK_VAR), rank takes it as --rank-var VAR.
 # shellcheck disable=SC2317,SC2329  # called by wizard/runtime.py; the launch script has no use for it
 hw_rt_answer() {
-  local what=$1 rc=0
+  local what=$1 rc=0 v
   shift
   case $what in
     discover)
@@ -1002,7 +1002,9 @@ hw_rt_answer() {
     rank)
       if [ "${1:-}" = --rank-var ]; then
         # one of the platforms' rank variables, or none: never a name to read from the caller
-        if [[ " ${HW_RT_RANK_VARS[*]} " == *" ${2:-} "* ]]; then HW_RT_RANK_VAR=$2; fi
+        for v in "${HW_RT_RANK_VARS[@]}"; do
+          if [ "$v" = "${2:-}" ]; then HW_RT_RANK_VAR=$v; fi
+        done
         shift 2
       fi
       hw_rt_rank "$@" || rc=$?

@@ -384,3 +384,15 @@ def test_the_library_runs_under_set_u():
     r = subprocess.run(["bash", "-c", script], env={"PATH": "/usr/bin:/bin"},
                        capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout == "a b|\n", r.stderr
+
+
+@pytest.mark.parametrize("rank_var", ["NODE_RANK", "PATH", "DSTACK_NODE_RANK MLP_ROLE_INDEX",
+                                      "x[$(touch {pwned})]"])
+def test_rank_reads_only_a_platforms_rank_variable(tmp_path, rank_var):
+    """rank_of's rank_var is one of the library's rank variables, or none is read."""
+    pwned = tmp_path / "pwned"
+    env = {**_fake_host(tmp_path, "elsewhere", "192.0.2.9", {}), "NODE_RANK": "",
+           "DSTACK_NODE_RANK": "1", "MLP_ROLE_INDEX": "1"}
+    assert runtime.rank_of(["a", "b"], env, rank_var.replace("{pwned}", str(pwned))) is None
+    assert runtime.rank_of(["a", "b"], env, "DSTACK_NODE_RANK") == 1
+    assert not pwned.exists()
