@@ -52,8 +52,9 @@ case $real in
 esac
 
 install -d -m 0700 -- "$copy_dir" || exit 1
-[ "$(stat -c %u -- "$copy_dir")" = "$me" ] && (( (8#$(stat -c %a -- "$copy_dir") & 8#022) == 0 )) \
-  || { say "$copy_dir is not this user's own directory: no copy"; exit 1; }
+if [ "$(stat -c %u -- "$copy_dir")" != "$me" ] || (( (8#$(stat -c %a -- "$copy_dir") & 8#022) != 0 )); then
+  say "$copy_dir is not this user's own directory: no copy"; exit 1
+fi
 tmp=$(mktemp -- "$copy_dir/.authorized_keys.XXXXXX") || exit 1
 if cat -- "$real" > "$tmp" && chmod 0600 -- "$tmp" && mv -f -- "$tmp" "$copy"; then
   say "$dir is mode $mode (a mounted Secret): sshd reads its keys from a private copy, $copy"
