@@ -35,7 +35,8 @@ mode=$(stat -c %a -- "$dir") || drop
 if (( (8#$mode & 8#022) == 0 )); then drop; fi  # StrictModes accepts it as it is
 
 refuse() {
-  say "$dir (mode $mode) is writable by others and $*: no copy of its authorized_keys; sshd will refuse the keys there"
+  say "$dir (mode $mode) is writable by others and $*:" \
+    "no copy of its authorized_keys; sshd will refuse the keys there"
   rm -f -- "$copy"
   exit 1
 }
@@ -52,7 +53,8 @@ case $real in
 esac
 
 install -d -m 0700 -- "$copy_dir" || exit 1
-if [ "$(stat -c %u -- "$copy_dir")" != "$me" ] || (( (8#$(stat -c %a -- "$copy_dir") & 8#022) != 0 )); then
+copy_mode=$(stat -c %a -- "$copy_dir") || exit 1
+if [ "$(stat -c %u -- "$copy_dir")" != "$me" ] || (( (8#$copy_mode & 8#022) != 0 )); then
   say "$copy_dir is not this user's own directory: no copy"; exit 1
 fi
 tmp=$(mktemp -- "$copy_dir/.authorized_keys.XXXXXX") || exit 1

@@ -10,11 +10,18 @@ makes, and a private /run (so that every instance's sshd has its own /run/sshd.p
   report: the failure is real;
 - the worker command of the exported MPIJob (the image's sshd with its private copy of the
   keys) accepts it, with passwords still off in effect (sshd -T);
-- mpirun from a launcher in that state runs an MPI all-reduce across three instances.
+- mpirun from a launcher in that state runs an MPI all-reduce across three instances;
+- a job user's own sshd, configured as the exported image's setup script writes it, under
+  the Secret as mounted for a user (files 0644, root's): refused as it stands, accepted
+  from the worker command;
+- the image's script makes no copy where anyone but root and the user can have written the
+  keys, and removes an old one.
 
 Root only, HPCWIZARD_SYSTEM_TESTS=1 (conftest.py skips otherwise)."""
 from __future__ import annotations
 
+import pwd
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -24,6 +31,7 @@ import pytest
 import yaml
 
 from _verify_cluster import PORT, VCluster, applied, show, wizard_exe
+from test_apply_mpi_tcp import real_user
 from hpcwizard import recipes
 from hpcwizard.render.shell import KEYS_COPY, MOUNTED_KEYS, SSHD_KEYS_OPTION
 from hpcwizard.verify import MPI_ALLREDUCE_C
@@ -78,9 +86,11 @@ def secret(tmp_path_factory) -> Path:
         shutil.rmtree(HOME / ".hpcwizard-sshd", ignore_errors=True)
 
 
-def mounted(key: Path, argv: List[str], mode: str = "0600") -> List[str]:
+def mounted(key: Path, argv: List[str], mode: str = "0600", home: Path = HOME) -> List[str]:
+    """argv under the Secret at home/.ssh: mode 0600 at /root/.ssh (the controller's
+    defaultMode there), else Kubernetes' default, 0644."""
     return ["env", f"TS={TIMESTAMP}", "bash", "-c", MOUNT_SECRET_SH, "mount-secret",
-            str(HOME / ".ssh"), mode, str(key), *argv]
+            str(home / ".ssh"), mode, str(key), *argv]
 
 
 def worker_script(c: VCluster, env: dict) -> str:
@@ -172,3 +182,93 @@ def test_mpirun_across_three_instances_under_the_secret(setup, secret):
         assert run.returncode == 0, f"{show(run)}{logs}"
         assert "HPCWIZARD-MPI size=3 sum=3" in run.stdout, f"{show(run)}{logs}"
         assert "Authentication refused" not in logs, logs
+
+
+def image_user_sshd(c: VCluster, env: dict, user: str) -> None:
+    """user's own sshd as the image gets it: the configuration the exported image's setup
+    script writes (its ssh/sshd-config step), and a host key where that names it."""
+    out = c.tmp / "image"
+    out.mkdir()
+    proc = subprocess.run([wizard_exe(), "export", "--framework", "mpi", "--network", "tcp",
+                           "--manual", "--user", user, "--format", "dockerfile", "-o",
+                           str(out / "Dockerfile")], env=env, text=True, capture_output=True,
+                          timeout=120)
+    assert proc.returncode == 0, f"export failed{show(proc)}"
+    setup = (out / "hpcwizard-setup.sh").read_text()
+    found = re.search(r"^hw_sshd_config --config (\S+) [^\n]*<<'EOF'\n(.*?)\nEOF$", setup,
+                      re.S | re.M)
+    assert found, "no user sshd configuration in the image's setup script"
+    path, text = Path(found.group(1)), found.group(2)
+    host_key = re.search(r"^HostKey (\S+)$", text, re.M).group(1)
+    pw = pwd.getpwnam(user)
+    path.write_text(text + "\n")
+    for argv in (["chown", f"{user}:", str(path)], ["chmod", "0600", str(path)],
+                 ["install", "-d", "-m", "0700", "-o", user, "-g", str(pw.pw_gid),
+                  str(Path(host_key).parent), str(Path(pw.pw_dir) / ".ssh")]):
+        subprocess.run(argv, check=True)
+    subprocess.run(["runuser", "-u", user, "--", "ssh-keygen", "-q", "-t", "ed25519", "-N", "",
+                    "-f", host_key], check=True, capture_output=True)
+
+
+def test_a_job_user_logs_in_through_the_secret(setup, secret):
+    """A non-root job user (sshAuthMountPath its ~/.ssh, files 0644 and root's): its own sshd
+    refuses the key as the image's configuration stands, and accepts it from the worker."""
+    env = setup["env"]
+    with real_user("hpcwmk") as user, VCluster(2) as c:
+        home = Path(pwd.getpwnam(user).pw_dir)
+        image_user_sshd(c, env, user)
+        config = str(home / ".sshd_config")
+        login = ["runuser", "-u", user, "--", "ssh", *CLIENT, f"{user}@node2",
+                 "id -un; stat -c %a ~/.ssh"]
+
+        plain = c.start("node2", mounted(secret, ["runuser", "-u", user, "--", "/usr/sbin/sshd",
+                                                  "-D", "-e", "-f", config], "0644", home))
+        c.wait_port("node2", PORT)
+        refused = c.run("node1", mounted(secret, login, "0644", home))
+        assert refused.returncode != 0 and "Permission denied" in refused.stderr, show(refused)
+        assert (f"Authentication refused: bad ownership or modes for directory {home}/.ssh"
+                in plain.log_text()), plain.log_text()
+        c.stop(plain)
+
+        worker = c.start("node2", mounted(secret, ["runuser", "-u", user, "--", "bash", "-c",
+                                                   worker_script(c, env)], "0644", home))
+        c.wait_port("node2", PORT)
+        ok = c.run("node1", mounted(secret, login, "0644", home))
+        assert ok.returncode == 0, f"{show(ok)}\n--- node2 sshd:\n{worker.log_text()}"
+        assert ok.stdout.split() == [user, "1777"], ok.stdout
+        assert "Authentication refused" not in worker.log_text(), worker.log_text()
+        copy = home / KEYS_COPY
+        st = copy.stat()
+        assert (st.st_uid, oct(st.st_mode & 0o777)) == (pwd.getpwnam(user).pw_uid, "0o600")
+        assert oct(copy.parent.stat().st_mode & 0o777) == "0o700"
+
+
+# The image's script with a ~/.ssh that is not the operator's Secret as mounted: no copy
+# (an old one removed). (what is changed after the mount, the exit status, what stderr names)
+ODD = {
+    "another user's file in it": ("touch ~/.ssh/planted && chown nobody ~/.ssh/planted",
+                                  1, "planted, owned or writable by another user"),
+    "no sticky bit": ("chmod 0777 ~/.ssh", 1, "has no sticky bit"),
+    "a key file others may write": ("chmod 0666 ~/.ssh/..data/authorized_keys", 1,
+                                    "writable by another user"),
+    "an ordinary private ~/.ssh": ("chmod 0700 ~/.ssh", 0, ""),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ODD))
+def test_the_copy_is_made_only_when_no_one_else_can_have_written_the_keys(case, setup, secret,
+                                                                           tmp_path):
+    """(setup: apply made /root/.ssh, the mount point)"""
+    change, status, said = ODD[case]
+    helper = tmp_path / "mounted-keys"
+    helper.write_text(recipes.read_text("mounted-keys.sh"))
+    helper.chmod(0o755)
+    copy = HOME / KEYS_COPY
+    copy.parent.mkdir(mode=0o700, exist_ok=True)
+    copy.write_text("a copy from before\n")  # a stale copy is never left to be read
+    run = subprocess.run(["unshare", "--mount", "--propagation", "private", *mounted(secret, [
+        "bash", "-c", f'{change} && exec "$0" {KEYS_COPY}', str(helper)])],
+        capture_output=True, text=True, timeout=60)
+    assert run.returncode == status, show(run)
+    assert said in run.stderr, show(run)
+    assert not copy.exists(), show(run)
