@@ -103,11 +103,10 @@ def render(job: Job, base: Base, sshd: bool) -> str:
                    f"{job.home}/.sshd_config " + words(SSHD_KEYS_OPTION)]
             out.append(comment(_("{user}'s own sshd in the foreground (it can log in only "
                                  "{user}).").format(user=job.user)))
-        out.append(comment(_("Where ~/.ssh is a mounted Secret (the MPI Operator's tmpfs of mode "
-                             "1777, which sshd's\nStrictModes refuses), {script} first copies "
-                             "its authorized_keys to ~/{copy},\nprivate to the user, and sshd "
-                             "reads that copy first.").format(script=MOUNTED_KEYS,
-                                                               copy=KEYS_COPY)))
+        out.append(comment(_("Under a Secret mounted over ~/.ssh (the MPI Operator's tmpfs of "
+                             "mode 1777, which\nsshd's StrictModes refuses), the first command "
+                             "copies its authorized_keys to\n~/{copy}, private to the user; sshd "
+                             "reads that copy first.").format(copy=KEYS_COPY)))
         out.append("CMD " + json.dumps(cmd))
     else:
         out.append(comment(_("No SSH server: torchrun is started on every instance and meets the "
