@@ -10,8 +10,10 @@
 # left on. The copy is made only when nobody but root and the user can have written those
 # keys: ~/.ssh is owned by one of them and has the sticky bit (others may add names there
 # but cannot replace or remove root's), and everything in it is owned by root or the user
-# and, symlinks aside, writable by nobody else. Any other ~/.ssh gets no copy (an old one is
-# removed): sshd reads ~/.ssh/authorized_keys and decides as it always does.
+# and, symlinks aside, writable by nobody else. A ~/.ssh others can write that fails these
+# checks: no copy, status 1 and one line saying why (the container's start stops there;
+# sshd would refuse those keys anyway). Any other ~/.ssh gets no copy (an old one is
+# removed): sshd reads ~/.ssh/authorized_keys as it always does.
 set -u
 
 say() { echo "mounted-keys: $*" >&2; }
