@@ -237,3 +237,59 @@ def test_image_user_sshd_keeps_its_files_outside_the_mounted_ssh_dir(monkeypatch
     eff = res.stdout.splitlines()
     assert f"hostkey {key}" in eff and "pidfile /home/batchcom/.hpcwizard-sshd/sshd.pid" in eff
     assert not [l for l in eff if l.startswith(("hostkey", "pidfile")) and "/.ssh/" in l]
+
+
+def test_image_carries_the_mounted_keys_script(tmp_path):
+    """The image's sshd starts after recipes/mounted-keys.sh (its CMD, the operators'
+    workers): the setup script puts it at MOUNTED_KEYS, root's, executable; PyTorch's image
+    has no sshd and no script."""
+    from hpcwizard import ops, recipes
+    from hpcwizard.render.shell import MOUNTED_KEYS
+
+    steps = {s.id: s for s in image_plan(plan_for(framework="mpi", network="tcp")).steps}
+    step = steps["ssh/image-mounted-keys"]
+    assert step.as_ == "root" and step.title and step.i18n["zh"]["title"] != step.title
+    where = tmp_path / "root" / MOUNTED_KEYS.lstrip("/")
+    env = dict(os.environ, HW_STATE=str(tmp_path / "ops-state"))
+    res = subprocess.run(["bash", "-euo", "pipefail", "-c",
+                          ops.runnable(step.run.replace(MOUNTED_KEYS, str(where)))],
+                         capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert res.returncode == 0, res.stderr
+    assert where.read_text() == recipes.read_text("mounted-keys.sh")
+    assert where.stat().st_mode & 0o777 == 0o755
+    pytorch = image_plan(plan_for(framework="pytorch", network="tcp")).steps
+    assert "ssh/image-mounted-keys" not in [s.id for s in pytorch]
+
+
+@pytest.mark.parametrize("user", ["root", "batchcom"])
+def test_image_sshd_reads_the_copy_first_with_passwords_off(user, monkeypatch, tmp_path):
+    """The image's sshd configuration with the option its start adds: the private copy is
+    read before ~/.ssh/authorized_keys, StrictModes stays on, passwords stay off."""
+    from hpcwizard.render.shell import SSHD_KEYS_OPTION
+
+    sshd = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd")
+                                    else None)
+    if sshd is None:
+        pytest.skip("no sshd here to read the configuration")
+    if user != "root":
+        patch_users(monkeypatch, fake_passwd(user, 1001, "/home/batchcom"))
+        p = plan_for(framework="mpi", network="tcp", user=user)
+    else:
+        p = plan_for(framework="mpi", network="tcp")
+    steps = {s.id: s for s in image_plan(p).steps}
+    key = tmp_path / "hk"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    config = "".join(l + "\n" for l in _heredoc(steps["ssh/sshd-config"].run).splitlines()
+                     if not l.startswith("HostKey "))
+    f = tmp_path / "sshd_config"
+    f.write_text(config + f"HostKey {key}\n")
+    res = subprocess.run([sshd, "-T", "-f", str(f), *SSHD_KEYS_OPTION], capture_output=True,
+                         text=True)
+    assert res.returncode == 0, res.stderr
+    eff = set(res.stdout.splitlines())
+    assert {"authorizedkeysfile .hpcwizard-sshd/authorized_keys .ssh/authorized_keys",
+            "strictmodes yes", "passwordauthentication no",
+            "kbdinteractiveauthentication no", "pubkeyauthentication yes"} <= eff
+    # a plain instance's configuration (apply, setup) does not name the copy
+    here = next(s for s in p.steps if s.id == "ssh/sshd-config")
+    assert ".hpcwizard-sshd/authorized_keys" not in here.run

@@ -10,7 +10,9 @@ when FROM is a preset image (which provides them), and sshd is not started durin
 (CMD starts it in each container). For MPI it also works under a mounted ~/.ssh (the MPI
 Operator's or Volcano's Secret, which hides the image's): the client settings go to
 /etc/ssh/ssh_config.d, the image's host key is pinned for the job's port in
-/etc/ssh/ssh_known_hosts, and a user's own sshd keeps its files in ~/.hpcwizard-sshd.
+/etc/ssh/ssh_known_hosts, a user's own sshd keeps its files in ~/.hpcwizard-sshd, and
+recipes/mounted-keys.sh goes into the image to copy the keys of a Secret mounted on a
+mode-1777 tmpfs where sshd's StrictModes accepts them (render/shell.py, MOUNTED_KEYS).
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from .plan import Plan, Step, install_step, package_manager
 from .i18n import N_, _, comment, translations
 from .render import dockerfile as render_dockerfile
 from .render import setup as render_setup
+from .render.shell import KEYS_COPY, MOUNTED_KEYS
 from .validate import BadInput
 from .vocab import EXPORT_FILE_NAMES
 
@@ -146,7 +149,19 @@ def image_ssh_steps(plan: Plan) -> List[Step]:
         "SSH client settings system-wide, outside ~/.ssh"), N_(
         "{file}, which /etc/ssh/ssh_config Includes (else a block at its top)."),
         file=CLIENT_DROPIN))
+    steps.append(_root_step("ssh/image-mounted-keys", "file", mounted_keys_call(), N_(
+        "Let sshd read the keys of an operator's Secret mounted over ~/.ssh"), N_(
+        "{script} runs before the image's sshd: where ~/.ssh is writable by others (the MPI "
+        "Operator's tmpfs of mode 1777, which sshd's StrictModes refuses) and only root and "
+        "the user own what it holds, it copies authorized_keys to ~/{copy} (mode 0600), "
+        "which the image's sshd reads first. StrictModes stays on."),
+        script=MOUNTED_KEYS, copy=KEYS_COPY))
     return steps
+
+
+def mounted_keys_call() -> str:
+    """The step that puts recipes/mounted-keys.sh into the image (run as root: root owns it)."""
+    return ops.file_call(MOUNTED_KEYS, recipes.read_text("mounted-keys.sh"), "0755")
 
 
 def _root_step(step_id: str, kind: str, call: str, title: str, note: str, **values) -> Step:

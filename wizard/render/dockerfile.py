@@ -6,7 +6,8 @@
     USER <the job's user>        when it is not root
     ENV  mpirun's SSH port       MPI only: Open MPI 4's and 5's names (mpirun.runtime_env)
     EXPOSE <the SSH port>        MPI only: PyTorch needs no SSH server
-    CMD  sshd in the foreground  root: /usr/sbin/sshd -D; a user: sshd -D -f ~/.sshd_config
+    CMD  sshd in the foreground  root: /usr/sbin/sshd -D; a user: sshd -D -f ~/.sshd_config,
+                                 after a private copy of the keys a mounted Secret holds
 
 `hpcwizard export --format dockerfile -o DIR/Dockerfile` writes the setup script beside it.
 """
@@ -22,6 +23,7 @@ from ..job import Job
 from ..validate import BadInput
 from ..vocab import EXPORT_FILE_NAMES
 from .mpirun import runtime_env
+from .shell import KEYS_COPY, MOUNTED_KEYS, SSHD_KEYS_OPTION, words
 
 SETUP_NAME = EXPORT_FILE_NAMES["setup"]
 
@@ -90,14 +92,21 @@ def render(job: Job, base: Base, sshd: bool) -> str:
         out.append("ENV " + " ".join(f"{k}={_env_value(v)}" for k, v in env))
     if sshd:
         out.append(f"EXPOSE {job.ssh_port}")
+        keys = f"{MOUNTED_KEYS} {KEYS_COPY}"
         if job.is_root:
-            cmd = ["/bin/sh", "-c", "install -d -m 0755 /run/sshd && exec /usr/sbin/sshd -D -e"]
+            cmd = ["/bin/sh", "-c", "install -d -m 0755 /run/sshd && " + keys
+                   + " && exec /usr/sbin/sshd -D -e " + words(SSHD_KEYS_OPTION)]
             out.append(comment(_("sshd in the foreground, as root, with the port of "
                                  "/etc/ssh/sshd_config.d.")))
         else:
-            cmd = ["/usr/sbin/sshd", "-D", "-e", "-f", f"{job.home}/.sshd_config"]
+            cmd = ["/bin/sh", "-c", f"{keys} && exec /usr/sbin/sshd -D -e -f "
+                   f"{job.home}/.sshd_config " + words(SSHD_KEYS_OPTION)]
             out.append(comment(_("{user}'s own sshd in the foreground (it can log in only "
                                  "{user}).").format(user=job.user)))
+        out.append(comment(_("Under a Secret mounted over ~/.ssh (the MPI Operator's tmpfs of "
+                             "mode 1777, which\nsshd's StrictModes refuses), the first command "
+                             "copies its authorized_keys to\n~/{copy}, private to the user; sshd "
+                             "reads that copy first.").format(copy=KEYS_COPY)))
         out.append("CMD " + json.dumps(cmd))
     else:
         out.append(comment(_("No SSH server: torchrun is started on every instance and meets the "

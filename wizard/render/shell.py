@@ -116,19 +116,41 @@ def mpirun_lines(job: Job, mca: Mapping[str, str], tail: str) -> List[str]:
     ]
 
 
+# The job's sshd in a container (the Dockerfile's CMD, the MPIJob's and Volcano's workers)
+# reads a private copy of authorized_keys first: the image's MOUNTED_KEYS makes it, at the
+# container's start, where ~/.ssh is an operator's Secret on a mode-1777 tmpfs (sshd's
+# StrictModes refuses keys there); anywhere else there is no copy and ~/.ssh/authorized_keys
+# is read as before. An option on sshd's command line, so that a plain instance's
+# configuration (apply, the launch script) stays as it is.
+MOUNTED_KEYS = "/usr/local/libexec/hpcwizard/mounted-keys"  # recipes/mounted-keys.sh
+KEYS_COPY = ".hpcwizard-sshd/authorized_keys"  # under the job user's home
+SSHD_KEYS_OPTION = ("-o", f"AuthorizedKeysFile={KEYS_COPY} .ssh/authorized_keys")
+
+
+def mounted_keys_line() -> str:
+    """The copy made when the image has the script (an image without hpcwizard's setup
+    has none, and its sshd reads ~/.ssh as before)."""
+    return f"if [ -x {MOUNTED_KEYS} ]; then {MOUNTED_KEYS} {KEYS_COPY}; fi"
+
+
 def sshd_lines(job: Job) -> List[str]:
     """The worker's sshd in the foreground on the plan's port: as root the system sshd (host
     keys made when the image has none), as another user the sshd settings hpcwizard's setup
-    wrote in its home (they name the port)."""
+    wrote in its home (they name the port); either reads the keys a mounted Secret holds
+    (MOUNTED_KEYS)."""
+    keys = words(SSHD_KEYS_OPTION)
     return [
+        comment(_("Under the operator's Secret (a mode-1777 ~/.ssh) sshd reads a private copy "
+                  "of its keys.")),
+        mounted_keys_line(),
         "if [ \"$(id -u)\" -eq 0 ]; then",
         "  install -d -m 0755 /run/sshd",
         "  if ! compgen -G '/etc/ssh/ssh_host_*_key' >/dev/null; then ssh-keygen -A; fi",
-        f"  exec /usr/sbin/sshd -D -e -p {job.ssh_port}",
+        f"  exec /usr/sbin/sshd -D -e -p {job.ssh_port} {keys}",
         "fi",
         "[ -r \"$HOME/.sshd_config\" ] || { echo \"no $HOME/.sshd_config: build the image with"
         " hpcwizard's setup for $(id -un)\" >&2; exit 2; }",
-        "exec /usr/sbin/sshd -D -e -f \"$HOME/.sshd_config\"",
+        f"exec /usr/sbin/sshd -D -e -f \"$HOME/.sshd_config\" {keys}",
     ]
 
 
