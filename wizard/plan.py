@@ -589,6 +589,9 @@ def chosen_recipes(facts: Facts, choices: Choices, catalog: Catalog,
 _WARNING_FOR = {
     "rdma.memlock-low": lambda c: c.network == "ib",
     "rdma.no-gpudirect": lambda c: c.framework == "pytorch" and c.network == "ib",
+    # CMA is Open MPI's and UCX's; NCCL and gloo do not use it
+    "runtime.no-cma": lambda c: c.framework == "mpi",
+    "runtime.no-cma-scope3": lambda c: c.framework == "mpi",
 }
 
 

@@ -30,6 +30,15 @@ OMPI_VERSION_SH = "mpirun --version 2>/dev/null | awk '/\\(Open MPI\\)/ {print $
 # What mpi-operator's controller gives mpirun's ssh (OMPI_MCA_plm_rsh_args in
 # pkg/controller/mpi_job_controller.go): the launcher may start before a worker's sshd.
 SSH_RETRIES = "-o ConnectionAttempts=10"
+# Single-copy between the ranks of one instance off, where they may not read each other's
+# memory (recipes/runtime.sh hw_rt_cma): Open MPI 4's vader BTL names its mechanism
+# (opal/mca/btl/vader/btl_vader_component.c: none, cma, knem, xpmem); Open MPI 5 moved it
+# to the smsc framework (docs/tuning-apps/networking/shared-memory.rst), whose cma
+# component is left out. Both then copy through /dev/shm (two copies).
+NO_CMA_MCA_4 = {"btl_vader_single_copy_mechanism": "none"}
+NO_CMA_MCA_5 = {"smsc": "^cma"}
+# UCX (pml ucx): every transport but cma. A UCX_TLS the user set is theirs, kept as it is.
+NO_CMA_ENV = {"UCX_TLS": "^cma"}
 
 
 def runtime_name(name: str, major: Optional[int]) -> Tuple[str, str]:
