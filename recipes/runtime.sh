@@ -859,8 +859,9 @@ hw_rt_roce_gid() {
 
 # hw_rt_cma: may the ranks here (sibling processes of one uid) read each other's memory with
 # process_vm_readv (Linux CMA: Open MPI's single copy, UCX's cma)? -> HW_RT_CMA yes|no|unknown,
-# HW_RT_CMA_WHY. Yama's ptrace_scope 0 (or no Yama) allows it, 1 and 2 only with
-# CAP_SYS_PTRACE (bit 19 of CapEff), 3 never: hpcwizard.facts.cma_allowed, the same table.
+# HW_RT_CMA_WHY. Yama's ptrace_scope 0 (or no Yama) allows it, 1 too (Open MPI and UCX
+# declare any process their ptracer), 2 only with CAP_SYS_PTRACE (bit 19 of CapEff), 3
+# never: hpcwizard.facts.cma_allowed, the same table.
 # Read under HW_RT_PROC (default /proc).
 # shellcheck disable=SC2317,SC2329,SC2034  # the MPI launch uses it; PyTorch's and verify do not
 hw_rt_cma() {
@@ -879,10 +880,10 @@ hw_rt_cma() {
     if (( (0x$eff >> 19) & 1 )); then cap=yes; fi
   fi
   case $scope in
-    0) HW_RT_CMA=yes ;;
+    0|1) HW_RT_CMA=yes ;;
     "") if [ -n "$cap" ]; then HW_RT_CMA=yes; fi ;;
+    2) if [ -n "$cap" ]; then HW_RT_CMA=$cap; fi ;;
     3) HW_RT_CMA=no ;;
-    1|2) if [ -n "$cap" ]; then HW_RT_CMA=$cap; fi ;;
   esac
   HW_RT_CMA_WHY="CAP_SYS_PTRACE ${cap:-unknown}, Yama ptrace_scope ${scope:-none}"
 }

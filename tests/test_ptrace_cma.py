@@ -50,18 +50,20 @@ def status(eff: int) -> str:
 
 # (/proc/self/status, Yama's file: None for no Yama) -> (CAP_SYS_PTRACE, scope, CMA)
 CASES = {
-    "docker default on an Ubuntu host (Yama 1)": (status(DOCKER), "1\n", (False, 1, False)),
-    "docker --cap-add SYS_PTRACE, Yama 1": (status(DOCKER_PTRACE), "1\n", (True, 1, True)),
+    # scope 1: Open MPI and UCX declare any process their ptracer (PR_SET_PTRACER_ANY)
+    "docker default on an Ubuntu host (Yama 1)": (status(DOCKER), "1\n", (False, 1, True)),
+    "a user without capabilities, Yama 1": (status(0), "1\n", (False, 1, True)),
     "docker default on a RHEL host (Yama 0)": (status(DOCKER), "0\n", (False, 0, True)),
     "root, no Yama (this CI)": (ROOT_STATUS, None, (True, None, True)),
     "capsh --drop=cap_sys_ptrace, no Yama": (NO_PTRACE_STATUS, None, (False, None, True)),
-    "capsh --drop=cap_sys_ptrace, Yama 1": (NO_PTRACE_STATUS, "1\n", (False, 1, False)),
-    "a user without capabilities, Yama 1": (status(0), "1\n", (False, 1, False)),
+    "docker default, Yama 2": (status(DOCKER), "2\n", (False, 2, False)),
+    "docker --cap-add SYS_PTRACE, Yama 2": (status(DOCKER_PTRACE), "2\n", (True, 2, True)),
+    "capsh --drop=cap_sys_ptrace, Yama 2": (NO_PTRACE_STATUS, "2\n", (False, 2, False)),
     "privileged, Yama 2": (status((1 << 41) - 1), "2\n", (True, 2, True)),
-    "no CAP_SYS_PTRACE, Yama 2": (status(DOCKER), "2\n", (False, 2, False)),
     "CAP_SYS_PTRACE, Yama 3": (ROOT_STATUS, "3\n", (True, 3, False)),
-    "no status, Yama 1": (None, "1\n", (None, 1, None)),
-    "no status, Yama 0": (None, "0", (None, 0, True)),
+    "no status, Yama 1": (None, "1\n", (None, 1, True)),
+    "no status, Yama 2": (None, "2\n", (None, 2, None)),
+    "no status, Yama 0 without a newline": (None, "0", (None, 0, True)),
     "no status, Yama 3": (None, "3\n", (None, 3, False)),
     "no status, no Yama": (None, None, (None, None, None)),
     "Yama's file holds no scope": (status(DOCKER), "x\n", (False, None, True)),
@@ -120,9 +122,9 @@ def test_the_capability_is_bit_19_of_capeff():
 
 
 def test_the_warning_says_what_the_launch_script_does_and_the_fixes(tmp_path):
-    facts = detected(proc_tree(tmp_path, status(DOCKER), "1\n"))
+    facts = detected(proc_tree(tmp_path, status(DOCKER), "2\n"))
     (w,) = facts.warnings
-    for part in ("no CAP_SYS_PTRACE and Yama's ptrace_scope is 1", "errno = 1",
+    for part in ("no CAP_SYS_PTRACE and Yama's ptrace_scope is 2", "errno = 1",
                  "btl_vader_single_copy_mechanism=none", "smsc=^cma", "UCX_TLS=^cma",
                  "--cap-add SYS_PTRACE", "capabilities.add: [SYS_PTRACE]"):
         assert part in w, part
@@ -133,22 +135,22 @@ def test_the_warning_says_what_the_launch_script_does_and_the_fixes(tmp_path):
 
 @pytest.mark.parametrize("framework,warned", [("mpi", True), ("pytorch", False)])
 def test_the_plan_warns_mpi_jobs_only(tmp_path, framework, warned):
-    found = detected(proc_tree(tmp_path, status(DOCKER), "1\n"))
+    found = detected(proc_tree(tmp_path, status(DOCKER), "2\n"))
     facts = with_(make_facts("debian12"), runtime=found.runtime, warnings=found.warnings)
     p = build_plan(facts, make_choices(framework=framework, network="tcp"), load_catalog())
     assert any("CAP_SYS_PTRACE" in w for w in p.warnings) is warned
 
 
 def test_detect_shows_it_in_english_and_chinese():
-    off = Runtime(cap_sys_ptrace=False, ptrace_scope=1)
+    off = Runtime(cap_sys_ptrace=False, ptrace_scope=2)
     assert cma_text(off) == ("ranks may not read each other's memory (the launch script "
-                             "turns single-copy off): CAP_SYS_PTRACE no, Yama ptrace_scope 1")
+                             "turns single-copy off): CAP_SYS_PTRACE no, Yama ptrace_scope 2")
     assert cma_text(Runtime(cap_sys_ptrace=False)) == (
         "ranks may read each other's memory: CAP_SYS_PTRACE no, no Yama")
     assert cma_text(Runtime()) == "unknown"
     i18n.set_language("zh_CN")
     zh = cma_text(off)
-    assert "CAP_SYS_PTRACE" in zh and "ptrace_scope 1" in zh and "ranks" not in zh
+    assert "CAP_SYS_PTRACE" in zh and "ptrace_scope 2" in zh and "ranks" not in zh
 
 
 # --- the launch script ------------------------------------------------------------------------
@@ -177,24 +179,25 @@ def launched(tmp_path, version, status_text, scope, **env):
 ])
 def test_without_cma_single_copy_is_off_in_the_running_open_mpis_words(tmp_path, version, off,
                                                                         other):
-    call, err = launched(tmp_path, version, status(DOCKER), "1\n")
+    call, err = launched(tmp_path, version, status(DOCKER), "2\n")
     assert off in call and other not in call
     assert "-x UCX_TLS" in call and call.endswith("./a.out UCX_TLS=^cma")
     [line] = [ln for ln in err.splitlines() if "single-copy off" in ln]
-    assert line == (f"launch[node01]: single-copy off (CAP_SYS_PTRACE no, Yama ptrace_scope 1): "
+    assert line == (f"launch[node01]: single-copy off (CAP_SYS_PTRACE no, Yama ptrace_scope 2): "
                     f"{off} -x UCX_TLS=^cma")
 
 
 def test_a_ucx_tls_the_user_set_is_kept(tmp_path):
-    call, err = launched(tmp_path, V4, status(DOCKER), "1\n", UCX_TLS="rc,self")
+    call, err = launched(tmp_path, V4, status(DOCKER), "2\n", UCX_TLS="rc,self")
     assert "--mca btl_vader_single_copy_mechanism none" in call
     assert "-x UCX_TLS" not in call and call.endswith("UCX_TLS=rc,self")
     assert "UCX_TLS=rc,self is yours, kept" in err
 
 
-@pytest.mark.parametrize("status_text,scope", [(status(DOCKER_PTRACE), "1\n"),
-                                               (status(DOCKER), None), (None, "1\n")],
-                         ids=["cap", "no-yama", "unknown"])
+@pytest.mark.parametrize("status_text,scope", [(status(DOCKER_PTRACE), "2\n"),
+                                               (status(DOCKER), "1\n"), (status(DOCKER), None),
+                                               (None, "2\n")],
+                         ids=["cap", "scope-1", "no-yama", "unknown"])
 def test_with_cma_or_unknown_nothing_changes(tmp_path, status_text, scope):
     call, err = launched(tmp_path, V4, status_text, scope)
     assert "single_copy" not in call and "smsc" not in call and "-x UCX_TLS" not in call

@@ -77,19 +77,18 @@ class Runtime:
 
 
 def cma_allowed(cap_sys_ptrace: Optional[bool], ptrace_scope: Optional[int]) -> Optional[bool]:
-    """Whether sibling processes of one uid (the MPI ranks of an instance) may read each
-    other's memory. Yama's ptrace_scope (Documentation/admin-guide/LSM/Yama.rst): 0, or no
-    Yama, lets a process attach to any other of its uid; 1 only to its descendants, unless it
-    has CAP_SYS_PTRACE (the ranks are siblings); 2 only with CAP_SYS_PTRACE; 3 never. None:
-    unknown (neither read: a tree without /proc). recipes/runtime.sh's hw_rt_cma decides the
-    same on each launch."""
-    if ptrace_scope == 0 or (ptrace_scope is None and cap_sys_ptrace is not None):
+    """Whether Open MPI's and UCX's single copy (CMA) works between the ranks on one instance,
+    sibling processes of one uid. Yama's ptrace_scope (Documentation/admin-guide/LSM/Yama.rst):
+    0, or no Yama, lets a process attach to any other of its uid; 1 only to its descendants,
+    but Open MPI (btl/vader, smsc/cma) and UCX (uct cma_md.c) then declare any process their
+    ptracer (PR_SET_PTRACER_ANY), which scope 1 honours; 2 only with CAP_SYS_PTRACE, where
+    that declaration counts for nothing and process_vm_readv fails with EPERM; 3 never. None:
+    unknown (a tree without /proc). recipes/runtime.sh's hw_rt_cma decides the same."""
+    if ptrace_scope in (0, 1) or (ptrace_scope is None and cap_sys_ptrace is not None):
         return True
-    if ptrace_scope is None:
-        return None
-    if ptrace_scope not in (1, 2):
-        return False
-    return cap_sys_ptrace
+    if ptrace_scope == 2:
+        return cap_sys_ptrace
+    return None if ptrace_scope is None else False
 
 
 @dataclass(frozen=True)

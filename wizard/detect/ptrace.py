@@ -2,7 +2,7 @@
 (process_vm_readv) is Open MPI's single-copy transfer between ranks of one instance and UCX's
 cma transport; the kernel allows it by ptrace's rules: CAP_SYS_PTRACE and Yama's
 ptrace_scope (hpcwizard.facts.cma_allowed). Docker's default capabilities and most pods'
-leave CAP_SYS_PTRACE out, and Ubuntu's kernels set ptrace_scope to 1."""
+leave CAP_SYS_PTRACE out; hardened hosts set ptrace_scope to 2 or 3."""
 from __future__ import annotations
 
 import re

@@ -181,9 +181,9 @@ if [[ $OMPI_MAJOR =~ ^[0-9]+$ ]] && [ "$OMPI_MAJOR" -ge 5 ]; then
 else
   IF_NAMES=(__IFACE_ARGS_4__)
 fi
-# The ranks on this instance may not read each other's memory (no CAP_SYS_PTRACE with Yama's
-# ptrace_scope 1 or 2, or scope 3): Open MPI's single copy (CMA) and UCX's cma transport
-# would fail between them, so both are turned off; checked here, in the container that runs.
+# The ranks on this instance may not read each other's memory (Yama's ptrace_scope 2 without
+# CAP_SYS_PTRACE, or 3): Open MPI's single copy (CMA) and UCX's cma transport would fail
+# between them, so both are turned off; checked here, in the container that runs.
 hw_rt_cma
 if [ "$HW_RT_CMA" = no ]; then
   NO_CMA=(__NO_CMA_ARGS_4__)
