@@ -202,3 +202,55 @@ def test_with_cma_or_unknown_nothing_changes(tmp_path, status_text, scope):
     call, err = launched(tmp_path, V4, status_text, scope)
     assert "single_copy" not in call and "smsc" not in call and "-x UCX_TLS" not in call
     assert call.endswith("UCX_TLS=unset") and "single-copy" not in err
+
+
+# --- verify -----------------------------------------------------------------------------------
+
+def verify_here(answers):
+    """verify on node1 of node1,node2 (MPI over TCP, as root) with the fake system."""
+    from _core_fixtures import ROOT, facts as core_facts
+    from _verify_fixtures import FakeSystem
+    from hpcwizard.hosts import Hosts
+    from hpcwizard.verify import verify
+    f = core_facts(user=ROOT)
+    p = build_plan(f, make_choices(framework="mpi", network="tcp", mode="manual"), load_catalog())
+    fake = FakeSystem({"node1": "ok", "node2": "ok"}, answers)
+    report = verify(p, f, Hosts(("node1", "node2"), "--hosts"), system=fake)
+    return {c.id: c for c in report.checks}, fake
+
+
+def samehost_answers(cma, out):
+    from hpcwizard.verify import probes as P
+    return {P.SingleCopy: (0, f"{cma}\nCAP_SYS_PTRACE no, Yama ptrace_scope 2\n"),
+            P.MpirunVersion: (0, V4.read_text()), P.IsExecutable: (0, ""),
+            lambda p: isinstance(p, P.Mpirun) and p.program[0].endswith("samehost"): (0, out)}
+
+
+def test_verify_runs_two_ranks_here_with_the_launch_scripts_settings_where_cma_is_off():
+    from hpcwizard.verify import PASS, probes as P
+    checks, fake = verify_here(samehost_answers("no", "HPCWIZARD-MPI-PAIR bytes=1048576 "
+                                                "wrong=0\n"))
+    c = checks["here/single-copy-off"]
+    assert c.status == PASS, c
+    assert c.detail == ("single copy off (CAP_SYS_PTRACE no, Yama ptrace_scope 2): --mca "
+                        "btl_vader_single_copy_mechanism none")
+    [run] = [p for p in fake.asked(P.Mpirun) if p.program[0].endswith("samehost")]
+    assert run.np == 2 and "-x UCX_TLS" in " ".join(run.args)
+    assert ("UCX_TLS", "^cma") in run.extra_env
+    # the ranks' capabilities are the job user's: the check is asked as that user, in bash
+    [asked] = fake.asked(P.SingleCopy)
+    assert asked.argv()[-2:] == ("bash", "-s") and b"hw_rt_cma" in asked.stdin()
+
+
+def test_verify_fails_when_the_large_message_is_refused():
+    from hpcwizard.verify import FAIL
+    checks, _fake = verify_here(samehost_answers(
+        "no", "[node1:123] Read -1, expected 1048576, errno = 1\n"))
+    assert checks["here/single-copy-off"].status == FAIL
+
+
+@pytest.mark.parametrize("cma", ["yes", "unknown"])
+def test_where_single_copy_works_verify_has_no_such_check(cma):
+    checks, fake = verify_here(samehost_answers(cma, ""))
+    assert "here/single-copy-off" not in checks
+    assert not [p for p in fake.probes if getattr(p, "program", ("",))[0].endswith("samehost")]

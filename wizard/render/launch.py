@@ -26,8 +26,8 @@ from .. import __version__, ops, runtime
 from ..i18n import _, comment
 from ..job import Job
 from ..vocab import EXPORT_FILE_NAMES
-from .mpirun import (IFACE_ARGS_4, IFACE_ARGS_5, NO_CMA_ENV, NO_CMA_MCA_4, NO_CMA_MCA_5,
-                     OMPI_VERSION_SH, mca_args, mpirun_args)
+from .mpirun import (IFACE_ARGS_4, IFACE_ARGS_5, NO_CMA_ENV, OMPI_VERSION_SH, mpirun_args,
+                     no_cma_args)
 from .shell import TORCH_PROGRAM_SH, checked_env, planned_env_lines
 
 # what the script's comments tell you to run; its usage names the file it runs as ($0)
@@ -373,8 +373,8 @@ def render(job: Job) -> str:
                .replace("__OMPI_VERSION_SH__", OMPI_VERSION_SH)
                .replace("__IFACE_ARGS_5__", " ".join(IFACE_ARGS_5))
                .replace("__IFACE_ARGS_4__", " ".join(IFACE_ARGS_4))
-               .replace("__NO_CMA_ARGS_5__", _words(mca_args(NO_CMA_MCA_5)))
-               .replace("__NO_CMA_ARGS_4__", _words(mca_args(NO_CMA_MCA_4)))
+               .replace("__NO_CMA_ARGS_5__", _words(no_cma_args(5)))
+               .replace("__NO_CMA_ARGS_4__", _words(no_cma_args(4)))
                .replace("__NO_CMA_UCX_TLS__", shlex.quote(NO_CMA_ENV["UCX_TLS"]))
                .replace("__TORCH_PROGRAM_SH__", TORCH_PROGRAM_SH))
     out.append("")

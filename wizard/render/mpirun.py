@@ -75,6 +75,11 @@ def mca_args(mca: Mapping[str, str], passed: Tuple[str, ...] = (),
     return out
 
 
+def no_cma_args(major: Optional[int]) -> List[str]:
+    """mpirun's arguments that turn single copy off, for Open MPI `major` (None: 4's)."""
+    return mca_args(NO_CMA_MCA_5 if major is not None and major >= 5 else NO_CMA_MCA_4)
+
+
 def mpirun_args(job: Job, major: Optional[int] = None) -> List[str]:
     """The job's mpirun arguments for Open MPI `major` (None: 4's names)."""
     return mca_args(mca_settings(job), job.passed, major)
