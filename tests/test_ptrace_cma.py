@@ -4,7 +4,8 @@ CAP_SYS_PTRACE in /proc/self/status and Yama's ptrace_scope. One table of cases 
 detection (hpcwizard.detect.ptrace, facts.cma_allowed) and the launch script's own check
 (recipes/runtime.sh hw_rt_cma, on a proc tree of its own: HW_RT_PROC) to the same answers;
 the launch script, run for real by bash with test_launch's fake commands, turns single-copy
-off in Open MPI 4's or 5's words and UCX's, and keeps a UCX_TLS the user set.
+off in Open MPI 4's or 5's words and UCX's, and keeps a UCX_TLS the user set; verify runs
+two ranks here with the same settings where (and only where) single copy must be off.
 
 proc-self-status_root.txt is /proc/self/status of root in this CI's container (every
 capability); proc-self-status_no-sys-ptrace.txt the same under
@@ -28,10 +29,15 @@ from hpcwizard.detect.core import merge
 from hpcwizard.detect.summary import cma_text
 from hpcwizard.export import launch_script
 from hpcwizard.facts import Runtime
+from hpcwizard.hosts import Hosts
 from hpcwizard import i18n
 from hpcwizard.plan import build_plan
+from hpcwizard.verify import FAIL, PASS, verify
+from hpcwizard.verify import probes as P
 
+from _core_fixtures import ROOT, facts as core_facts
 from _ib_fixtures import make_facts, with_
+from _verify_fixtures import FakeSystem
 
 OUT = Path(__file__).parent / "fixtures" / "outputs"
 ROOT_STATUS = (OUT / "proc-self-status_root.txt").read_text()
@@ -208,10 +214,6 @@ def test_with_cma_or_unknown_nothing_changes(tmp_path, status_text, scope):
 
 def verify_here(answers):
     """verify on node1 of node1,node2 (MPI over TCP, as root) with the fake system."""
-    from _core_fixtures import ROOT, facts as core_facts
-    from _verify_fixtures import FakeSystem
-    from hpcwizard.hosts import Hosts
-    from hpcwizard.verify import verify
     f = core_facts(user=ROOT)
     p = build_plan(f, make_choices(framework="mpi", network="tcp", mode="manual"), load_catalog())
     fake = FakeSystem({"node1": "ok", "node2": "ok"}, answers)
@@ -220,14 +222,12 @@ def verify_here(answers):
 
 
 def samehost_answers(cma, out):
-    from hpcwizard.verify import probes as P
     return {P.SingleCopy: (0, f"{cma}\nCAP_SYS_PTRACE no, Yama ptrace_scope 2\n"),
             P.MpirunVersion: (0, V4.read_text()), P.IsExecutable: (0, ""),
             lambda p: isinstance(p, P.Mpirun) and p.program[0].endswith("samehost"): (0, out)}
 
 
 def test_verify_runs_two_ranks_here_with_the_launch_scripts_settings_where_cma_is_off():
-    from hpcwizard.verify import PASS, probes as P
     checks, fake = verify_here(samehost_answers("no", "HPCWIZARD-MPI-PAIR bytes=1048576 "
                                                 "wrong=0\n"))
     c = checks["here/single-copy-off"]
@@ -243,7 +243,6 @@ def test_verify_runs_two_ranks_here_with_the_launch_scripts_settings_where_cma_i
 
 
 def test_verify_fails_when_the_large_message_is_refused():
-    from hpcwizard.verify import FAIL
     checks, _fake = verify_here(samehost_answers(
         "no", "[node1:123] Read -1, expected 1048576, errno = 1\n"))
     assert checks["here/single-copy-off"].status == FAIL

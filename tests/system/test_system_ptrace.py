@@ -18,13 +18,14 @@ EPERM and prctl(PR_SET_PTRACER) with success, as the kernel answers them at scop
 Root only, HPCWIZARD_SYSTEM_TESTS=1 (conftest.py skips otherwise)."""
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from _verify_cluster import VCluster, applied, show, start_nodes
+from _verify_cluster import VCluster, applied, show, start_nodes, wizard_exe
 from test_system_launch import export, finish, start
 from hpcwizard.verify import MPI_SAMEHOST_C
 
@@ -141,6 +142,25 @@ def test_two_ranks_without_ptrace_exchange_1_mib_through_the_launch_script(setup
         assert "errno = 1" not in out + err, report
         assert ("single-copy off (CAP_SYS_PTRACE no, Yama ptrace_scope 2): --mca "
                 "btl_vader_single_copy_mechanism none -x UCX_TLS=^cma") in err, report
+
+
+def test_verify_here_proves_two_ranks_exchange_1_mib_without_ptrace(setup, without_ptrace):
+    """verify --here in the same container: its own two-rank check runs, as the launch script
+    would run the job, and passes."""
+    env = setup["env"]
+    with VCluster(1) as c:
+        start_nodes(c)
+        proc = c.run("node1", [*without_ptrace, wizard_exe(), "verify", "--framework", "mpi",
+                               "--network", "tcp", "--manual", "--json", "--here"],
+                     timeout=300, cwd="/", env=env)
+        try:
+            checks = {x["id"]: x for x in json.loads(proc.stdout)["checks"]}
+        except ValueError:
+            pytest.fail(f"verify did not print JSON{show(proc)}")
+        check = checks.get("here/single-copy-off")
+        assert check is not None and check["status"] == "pass", f"{check}{show(proc)}"
+        assert check["detail"] == ("single copy off (CAP_SYS_PTRACE no, Yama ptrace_scope 2): "
+                                   "--mca btl_vader_single_copy_mechanism none")
 
 
 def test_without_ptrace_alone_single_copy_works_and_stays_on(setup):
