@@ -37,7 +37,9 @@ SSH_RETRIES = "-o ConnectionAttempts=10"
 # component is left out. Both then copy through /dev/shm (two copies).
 NO_CMA_MCA_4 = {"btl_vader_single_copy_mechanism": "none"}
 NO_CMA_MCA_5 = {"smsc": "^cma"}
-# UCX (pml ucx): every transport but cma. A UCX_TLS the user set is theirs, kept as it is.
+# UCX (pml ucx): every transport but cma. UCX checks scope 2 itself, but tests the
+# capability as a mask (ecap & CAP_SYS_PTRACE, src/uct/sm/scopy/cma/cma_md.c: bits 0, 1 and
+# 4), which Docker's default capabilities pass. A UCX_TLS the user set is theirs, kept.
 NO_CMA_ENV = {"UCX_TLS": "^cma"}
 
 
