@@ -253,3 +253,15 @@ def test_where_single_copy_works_verify_has_no_such_check(cma):
     checks, fake = verify_here(samehost_answers(cma, ""))
     assert "here/single-copy-off" not in checks
     assert not [p for p in fake.probes if getattr(p, "program", ("",))[0].endswith("samehost")]
+
+
+@pytest.mark.parametrize("user,scope,warned", [("nobody", 2, True), ("root", 2, False),
+                                                ("nobody", 1, False)])
+def test_the_plan_warns_for_a_job_user_without_the_capability_detect_had(user, scope, warned):
+    """detect ran as root with CAP_SYS_PTRACE; the job's user (nobody) has no capability."""
+    f = with_(make_facts("debian12"), runtime=Runtime(cap_sys_ptrace=True, ptrace_scope=scope))
+    p = build_plan(f, make_choices(framework="mpi", network="tcp", user=user), load_catalog())
+    said = [w for w in p.warnings if "who has no CAP_SYS_PTRACE" in w]
+    assert bool(said) is warned
+    if warned:
+        assert said[0].startswith("The job runs as nobody,") and "UCX_TLS=^cma" in said[0]
