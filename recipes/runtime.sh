@@ -17,6 +17,7 @@
 #   hw_rt_port VAR VALUE                             a TCP port -> HW_RT_VALUE
 #   hw_rt_route_dev HOST                             -> HW_RT_DEV (the route's interface)
 #   hw_rt_roce_gid HCA PORT                          -> HW_RT_GID (RoCE v2, IPv4)
+#   hw_rt_cma                                        -> HW_RT_CMA (Linux CMA: yes|no|unknown)
 #
 # A function that fails returns non-zero with one line in HW_RT_ERROR, which the caller says
 # (the launch script's die; Python's BadInput, in the user's language, from
@@ -986,6 +987,37 @@ hw_rt_roce_gid() {
     if [ -z "$best" ] || [ $((10#$i)) -lt $((10#$best)) ]; then best=$i; fi
   done
   if [ -n "$best" ]; then HW_RT_GID=$((10#$best)); fi
+}
+
+# hw_rt_cma: may the ranks here (sibling processes of one uid) read each other's memory with
+# process_vm_readv (Linux CMA: Open MPI's single copy, UCX's cma)? -> HW_RT_CMA yes|no|unknown,
+# HW_RT_CMA_WHY. Yama's ptrace_scope 0 (or no Yama) allows it, 1 too (Open MPI and UCX
+# declare any process their ptracer), 2 only with CAP_SYS_PTRACE (bit 19 of CapEff), 3
+# never: hpcwizard.facts.cma_allowed, the same table.
+# Read under HW_RT_PROC (default /proc).
+# shellcheck disable=SC2317,SC2329,SC2034  # the MPI launch uses it; PyTorch's and verify do not
+hw_rt_cma() {
+  local proc=${HW_RT_PROC:-/proc} line eff="" scope="" cap=""
+  HW_RT_CMA=unknown HW_RT_CMA_WHY=""
+  if [ -e "$proc/sys/kernel/yama/ptrace_scope" ]; then
+    # read's status is 1 at a last line without a newline, which it still reads
+    read -r scope 2>/dev/null < "$proc/sys/kernel/yama/ptrace_scope" || true
+    [[ $scope =~ ^[0123]$ ]] || scope=""  # not Yama's: as detection reads it, no scope
+  fi
+  while IFS= read -r line; do
+    case $line in CapEff:*) eff=${line#CapEff:}; eff=${eff//[$'\t ']/} ;; esac
+  done 2>/dev/null < "$proc/self/status" || true
+  if [[ $eff =~ ^[0123456789abcdefABCDEF]{1,16}$ ]]; then
+    cap=no
+    if (( (0x$eff >> 19) & 1 )); then cap=yes; fi
+  fi
+  case $scope in
+    0|1) HW_RT_CMA=yes ;;
+    "") if [ -n "$cap" ]; then HW_RT_CMA=yes; fi ;;
+    2) if [ -n "$cap" ]; then HW_RT_CMA=$cap; fi ;;
+    3) HW_RT_CMA=no ;;
+  esac
+  HW_RT_CMA_WHY="CAP_SYS_PTRACE ${cap:-unknown}, Yama ptrace_scope ${scope:-none}"
 }
 
 # hw_rt_answer discover|rank ARG...: the answers of hw_rt_discover or hw_rt_rank for a

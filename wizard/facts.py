@@ -60,10 +60,35 @@ class Runtime:
     # The size of /dev/shm in MiB (None: not measured). NCCL and UCX put their intra-node
     # buffers there; Docker and Kubernetes give a container 64 MB unless told otherwise.
     shm_mib: Optional[int] = None
+    # What lets one user's processes read each other's memory (Linux CMA, process_vm_readv:
+    # Open MPI's single copy, UCX's cma transport): CAP_SYS_PTRACE in this process's CapEff
+    # (None: not read), and Yama's kernel.yama.ptrace_scope (None: no Yama, or not read).
+    cap_sys_ptrace: Optional[bool] = None
+    ptrace_scope: Optional[int] = None
 
     @property
     def systemd(self) -> bool:
         return self.pid1 == "systemd"
+
+    @property
+    def cma(self) -> Optional[bool]:
+        """May the ranks on one instance read each other's memory? (cma_allowed)"""
+        return cma_allowed(self.cap_sys_ptrace, self.ptrace_scope)
+
+
+def cma_allowed(cap_sys_ptrace: Optional[bool], ptrace_scope: Optional[int]) -> Optional[bool]:
+    """Whether Open MPI's and UCX's single copy (CMA) works between the ranks on one instance,
+    sibling processes of one uid. Yama's ptrace_scope (Documentation/admin-guide/LSM/Yama.rst):
+    0, or no Yama, lets a process attach to any other of its uid; 1 only to its descendants,
+    but Open MPI (btl/vader, smsc/cma) and UCX (uct cma_md.c) then declare any process their
+    ptracer (PR_SET_PTRACER_ANY), which scope 1 honours; 2 only with CAP_SYS_PTRACE, where
+    that declaration counts for nothing and process_vm_readv fails with EPERM; 3 never. None:
+    unknown (a tree without /proc). recipes/runtime.sh's hw_rt_cma decides the same."""
+    if ptrace_scope in (0, 1) or (ptrace_scope is None and cap_sys_ptrace is not None):
+        return True
+    if ptrace_scope == 2:
+        return cap_sys_ptrace
+    return None if ptrace_scope is None else False
 
 
 @dataclass(frozen=True)

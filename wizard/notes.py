@@ -100,6 +100,24 @@ NOTES: Dict[str, str] = {
         "docker run --shm-size=16g (or --ipc=host); on Kubernetes, an emptyDir volume with "
         "medium: Memory mounted at /dev/shm."),
     "runtime.shm-unknown": N_("The size of /dev/shm is unknown: {error}."),
+    "runtime.ptrace-unknown": N_(
+        "Could not read {what}: whether the ranks on one instance may read each other's "
+        "memory (Linux CMA) is unknown."),
+    "runtime.no-cma": N_(
+        "The ranks on one instance may not read each other's memory here: this container has "
+        "no CAP_SYS_PTRACE and Yama's ptrace_scope is {scope}. Open MPI's single-copy "
+        "transfers (CMA) and UCX's cma transport fail between them (Open MPI 4: 'Read -1, "
+        "expected N, errno = 1'). The launch script checks this on every launch and turns "
+        "them off (btl_vader_single_copy_mechanism=none, or smsc=^cma for Open MPI 5, and "
+        "UCX_TLS=^cma); your own mpirun needs the same, or a container started with "
+        "--cap-add SYS_PTRACE (Kubernetes: securityContext.capabilities.add: [SYS_PTRACE])."),
+    "runtime.no-cma-scope3": N_(
+        "The ranks on one instance may not read each other's memory here: Yama's "
+        "ptrace_scope is 3, which no capability lifts (until the host reboots). Open MPI's "
+        "single-copy transfers (CMA) and UCX's cma transport fail between them (Open MPI 4: "
+        "'Read -1, expected N, errno = 1'). The launch script checks this on every launch and "
+        "turns them off (btl_vader_single_copy_mechanism=none, or smsc=^cma for Open MPI 5, "
+        "and UCX_TLS=^cma); your own mpirun needs the same."),
     "hardware.cpus-unknown": N_("Could not count the CPUs (no /proc/cpuinfo)."),
     "hardware.memory-unknown": N_(
         "Could not read the memory size (no MemTotal in /proc/meminfo)."),

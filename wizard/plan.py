@@ -589,6 +589,9 @@ def chosen_recipes(facts: Facts, choices: Choices, catalog: Catalog,
 _WARNING_FOR = {
     "rdma.memlock-low": lambda c: c.network == "ib",
     "rdma.no-gpudirect": lambda c: c.framework == "pytorch" and c.network == "ib",
+    # CMA is Open MPI's and UCX's; NCCL and gloo do not use it
+    "runtime.no-cma": lambda c: c.framework == "mpi",
+    "runtime.no-cma-scope3": lambda c: c.framework == "mpi",
 }
 
 
@@ -633,6 +636,9 @@ def build_plan(facts: Facts, choices: Choices, catalog: Catalog,
     roce = roce_gid_index(facts)[1] if choices.network == "ib" else ""
     if roce:
         warnings.append(roce)
+    cma = job_user_cma(facts, choices, target)
+    if cma:
+        warnings.append(cma)
     unseen = unseen_peer_memory(facts) if (choices.framework, choices.network) == (
         "pytorch", "ib") else ""
     if unseen:
@@ -756,6 +762,23 @@ def unseen_peer_memory(facts: Facts) -> str:
     if since:
         text += " " + _("Use NCCL {since} or later (a newer PyTorch).").format(since=since)
     return text
+
+
+def job_user_cma(facts: Facts, choices: Choices, target: Target) -> str:
+    """A plan warning where detection's processes have CAP_SYS_PTRACE and the job's user has
+    not (a user other than root has no capabilities unless given them): at Yama's scope 2
+    the job's ranks may not read each other's memory although detect's may. "" otherwise:
+    detection's own warning (runtime.no-cma) covers a job run by the user who ran detect."""
+    r = facts.runtime
+    if (choices.framework != "mpi" or target.is_root or target.user == facts.user.name
+            or not r.cap_sys_ptrace or r.ptrace_scope != 2):
+        return ""
+    return _("The job runs as {user}, who has no CAP_SYS_PTRACE, and Yama's ptrace_scope is "
+             "2: its ranks on one instance may not read each other's memory, and Open MPI's "
+             "single-copy transfers (CMA) and UCX's cma transport fail between them. The "
+             "launch script checks this as {user} on every launch and turns them off "
+             "(btl_vader_single_copy_mechanism=none, or smsc=^cma for Open MPI 5, and "
+             "UCX_TLS=^cma); your own mpirun needs the same.").format(user=target.user)
 
 
 def nccl_settings(facts: Facts, network: str) -> Tuple[Tuple[str, str], ...]:

@@ -8,6 +8,7 @@ from typing import Dict, Mapping, Optional, Tuple
 
 from ..facts import Runtime
 from ..inputs import ascii_int
+from . import ptrace
 from .base import Context, Found
 
 # Words in /proc/1/cgroup paths -> container kind, checked in this order.
@@ -118,6 +119,7 @@ def probe(ctx: Context, found: Found) -> None:
     elif shm is not None and shm < SHM_MIN_MIB:
         found.warn("runtime.shm-small", mib=shm)
     found.set("runtime.shm_mib", shm)
+    ptrace.probe(ctx, found)
 
 
 def probe_hostname(ctx: Context, found: Found) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Iterable, List, Optional, Tuple
 
-from ..facts import Facts, Rdma
+from ..facts import Facts, Rdma, Runtime
 from ..vocab import DEFAULT_SSH_PORT
 from ..i18n import _, ljust, width
 from ..peer_memory import FILES as PEER_MEMORY_FILES
@@ -37,6 +37,18 @@ def _yes_no(value: Optional[bool], yes: str = "", no: str = "", unknown: str = "
     if value is None:
         return unknown or _("unknown")
     return (yes or _("yes")) if value else (no or _("no"))
+
+
+def cma_text(r: Runtime) -> str:
+    """Whether the ranks on one instance may read each other's memory (Linux CMA), and what
+    decides it: CAP_SYS_PTRACE and Yama's ptrace_scope."""
+    verdict = _yes_no(r.cma, _("ranks may read each other's memory"),
+                      _("ranks may not read each other's memory (the launch script turns "
+                        "single-copy off)"))
+    if r.cap_sys_ptrace is None and r.ptrace_scope is None:
+        return verdict
+    scope = _("no Yama") if r.ptrace_scope is None else f"Yama ptrace_scope {r.ptrace_scope}"
+    return f"{verdict}: CAP_SYS_PTRACE {_yes_no(r.cap_sys_ptrace)}, {scope}"
 
 
 def _or(value: str, fallback: str) -> str:
@@ -115,6 +127,7 @@ def format_summary(facts: Facts, ssh_port: int = DEFAULT_SSH_PORT) -> str:
         ("PID 1", _or(r.pid1, unknown) + (" (systemd)" if r.systemd else "")),
         ("/dev/shm", unknown if r.shm_mib is None else f"{r.shm_mib} MiB"),
         ("Jupyter", _yes_no(r.jupyter)),
+        ("ptrace (CMA)", cma_text(r)),
         (_("CPUs"), unknown if facts.cpus is None else str(facts.cpus)),
         (_("Memory"), _mem(facts.memory_mib)),
     ])

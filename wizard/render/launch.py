@@ -26,7 +26,8 @@ from .. import __version__, ops, runtime
 from ..i18n import _, comment
 from ..job import Job
 from ..vocab import EXPORT_FILE_NAMES
-from .mpirun import IFACE_ARGS_4, IFACE_ARGS_5, OMPI_VERSION_SH, mpirun_args
+from .mpirun import (IFACE_ARGS_4, IFACE_ARGS_5, NO_CMA_ENV, OMPI_VERSION_SH, mpirun_args,
+                     no_cma_args)
 from .shell import TORCH_PROGRAM_SH, checked_env, planned_env_lines
 
 # what the script's comments tell you to run; its usage names the file it runs as ($0)
@@ -187,6 +188,22 @@ if [[ $OMPI_MAJOR =~ ^[0-9]+$ ]] && [ "$OMPI_MAJOR" -ge 5 ]; then
 else
   IF_NAMES=(__IFACE_ARGS_4__)
 fi
+# The ranks on this instance may not read each other's memory (Yama's ptrace_scope 2 without
+# CAP_SYS_PTRACE, or 3): Open MPI's single copy (CMA) and UCX's cma transport would fail
+# between them, so both are turned off; checked here, in the container that runs.
+hw_rt_cma
+if [ "$HW_RT_CMA" = no ]; then
+  NO_CMA=(__NO_CMA_ARGS_4__)
+  if [[ $OMPI_MAJOR =~ ^[0-9]+$ ]] && [ "$OMPI_MAJOR" -ge 5 ]; then NO_CMA=(__NO_CMA_ARGS_5__); fi
+  MPIRUN_ARGS+=("${NO_CMA[@]}")
+  if [ -z "${UCX_TLS+set}" ]; then
+    export UCX_TLS=__NO_CMA_UCX_TLS__
+    X_ARGS+=(-x UCX_TLS)
+    log "single-copy off ($HW_RT_CMA_WHY): ${NO_CMA[*]} -x UCX_TLS=$UCX_TLS"
+  else
+    log "single-copy off ($HW_RT_CMA_WHY): ${NO_CMA[*]}; UCX_TLS=$UCX_TLS is yours, kept"
+  fi
+fi
 IFACE_ARGS=()
 if [ -n "$IFACE" ]; then  # MPI's TCP, then the runtime's: each flag, its name, the interface
   IFACE_ARGS=("${IF_NAMES[0]}" "${IF_NAMES[1]}" "$IFACE" "${IF_NAMES[2]}" "${IF_NAMES[3]}" "$IFACE")
@@ -313,6 +330,10 @@ def _runtime_text() -> str:
     return "\n".join(lines).strip("\n")
 
 
+def _words(args: List[str]) -> str:
+    return " ".join(shlex.quote(a) for a in args)
+
+
 def render(job: Job) -> str:
     env = checked_env(job)
     out: List[str] = [
@@ -359,6 +380,9 @@ def render(job: Job) -> str:
                .replace("__OMPI_VERSION_SH__", OMPI_VERSION_SH)
                .replace("__IFACE_ARGS_5__", " ".join(IFACE_ARGS_5))
                .replace("__IFACE_ARGS_4__", " ".join(IFACE_ARGS_4))
+               .replace("__NO_CMA_ARGS_5__", _words(no_cma_args(5)))
+               .replace("__NO_CMA_ARGS_4__", _words(no_cma_args(4)))
+               .replace("__NO_CMA_UCX_TLS__", shlex.quote(NO_CMA_ENV["UCX_TLS"]))
                .replace("__TORCH_PROGRAM_SH__", TORCH_PROGRAM_SH))
     out.append("")
     text = "\n".join(out)

@@ -30,6 +30,17 @@ OMPI_VERSION_SH = "mpirun --version 2>/dev/null | awk '/\\(Open MPI\\)/ {print $
 # What mpi-operator's controller gives mpirun's ssh (OMPI_MCA_plm_rsh_args in
 # pkg/controller/mpi_job_controller.go): the launcher may start before a worker's sshd.
 SSH_RETRIES = "-o ConnectionAttempts=10"
+# Single-copy between the ranks of one instance off, where they may not read each other's
+# memory (recipes/runtime.sh hw_rt_cma): Open MPI 4's vader BTL names its mechanism
+# (opal/mca/btl/vader/btl_vader_component.c: none, cma, knem, xpmem); Open MPI 5 moved it
+# to the smsc framework (docs/tuning-apps/networking/shared-memory.rst), whose cma
+# component is left out. Both then copy through /dev/shm (two copies).
+NO_CMA_MCA_4 = {"btl_vader_single_copy_mechanism": "none"}
+NO_CMA_MCA_5 = {"smsc": "^cma"}
+# UCX (pml ucx): every transport but cma. UCX checks scope 2 itself, but tests the
+# capability as a mask (ecap & CAP_SYS_PTRACE, src/uct/sm/scopy/cma/cma_md.c: bits 0, 1 and
+# 4), which Docker's default capabilities pass. A UCX_TLS the user set is theirs, kept.
+NO_CMA_ENV = {"UCX_TLS": "^cma"}
 
 
 def runtime_name(name: str, major: Optional[int]) -> Tuple[str, str]:
@@ -64,6 +75,11 @@ def mca_args(mca: Mapping[str, str], passed: Tuple[str, ...] = (),
     for name in passed:
         out += ["-x", name]
     return out
+
+
+def no_cma_args(major: Optional[int]) -> List[str]:
+    """mpirun's arguments that turn single copy off, for Open MPI `major` (None: 4's)."""
+    return mca_args(NO_CMA_MCA_5 if major is not None and major >= 5 else NO_CMA_MCA_4)
 
 
 def mpirun_args(job: Job, major: Optional[int] = None) -> List[str]:

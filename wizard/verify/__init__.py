@@ -39,10 +39,10 @@ __all__ = ["verify", "Check", "Report", "System", "Ran", "PASS", "FAIL", "SKIP",
            "RENDEZVOUS_PORT", "no_ssh_reason", "effective", "parse_ucx_devices",
            "ib_transports", "route_dev", "parse_allreduce", "transport_from_ucx_log",
            "transport_from_nccl_log", "mpi_setup", "_read_owned",
-           "MPI_ALLREDUCE_C", "ALLREDUCE_PY", "TORCH_PROBE"]
+           "MPI_ALLREDUCE_C", "MPI_SAMEHOST_C", "ALLREDUCE_PY", "TORCH_PROBE"]
 
-_PROGRAMS = {"MPI_ALLREDUCE_C": "allreduce.c", "ALLREDUCE_PY": "allreduce.py",
-             "TORCH_PROBE": "torch_probe.py"}
+_PROGRAMS = {"MPI_ALLREDUCE_C": "allreduce.c", "MPI_SAMEHOST_C": "samehost.c",
+             "ALLREDUCE_PY": "allreduce.py", "TORCH_PROBE": "torch_probe.py"}
 
 
 def __getattr__(name: str) -> Any:

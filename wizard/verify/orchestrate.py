@@ -11,7 +11,7 @@ from typing import Callable, List, Optional, Sequence
 from ..facts import Facts
 from ..hosts import Hosts
 from ..plan import Plan
-from . import cluster, here, peer
+from . import cluster, here, peer, samehost
 from .context import Ctx, _skip, gather
 from .results import Check, Report
 from .spec import Spec
@@ -61,7 +61,7 @@ def verify(plan: Plan, facts: Facts, hosts: Optional[Hosts] = None,
 
 def _verify(ctx: Ctx, on_check: Optional[OnCheck], max_workers: int) -> Report:
     t_start = time.monotonic()
-    checks = run_checks(ctx, here.CHECKS, on_check=on_check)
+    checks = run_checks(ctx, (*here.CHECKS, *samehost.CHECKS), on_check=on_check)
     if ctx.hosts is not None:
         names = list(ctx.names)
         with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(names)))) as pool:

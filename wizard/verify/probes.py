@@ -299,6 +299,21 @@ class BuildMpiProgram(Probe):
         return self.source.encode()
 
 
+@dataclass(frozen=True)
+class SingleCopy(Probe):
+    """recipes/runtime.sh's hw_rt_cma as the job's user (whose capabilities the ranks have),
+    the library on stdin: 'yes', 'no' or 'unknown', then why, a line each."""
+    library: str
+    user: str = ""
+
+    def argv(self) -> Tuple[str, ...]:
+        return (*as_user(self.user), "bash", "-s")
+
+    def stdin(self) -> Optional[bytes]:
+        return (self.library + '\nhw_rt_cma\nprintf "%s\\n%s\\n" "$HW_RT_CMA" '
+                '"$HW_RT_CMA_WHY"\n').encode()
+
+
 # --- jobs across instances -----------------------------------------------------------------
 
 
