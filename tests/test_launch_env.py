@@ -4,7 +4,6 @@ before anything starts), and an Open MPI outside /usr/bin gets --prefix so that 
 instances find its orted/prted. Run with the fake commands of test_launch.py."""
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -69,11 +68,15 @@ def test_a_bad_forward_env_name_is_refused_before_anything_starts(tmp_path, valu
     assert calls == "" and "sshd" not in r.stderr and "waiting" not in r.stderr, calls
 
 
-def _mpirun_at(tmp_path: Path, fk: dict, target: Path) -> None:
-    """The fake mpirun moved to target, reached through a symlink where it was."""
+def _mpirun_at(fk: dict, target: Path, version: str) -> None:
+    """The fake mpirun at target, answering --version with `version`, reached through a
+    symlink where it was."""
     fake = Path(fk["env"]["PATH"].split(":")[0]) / "mpirun"
     target.parent.mkdir(parents=True, exist_ok=True)
-    fake.rename(target)
+    target.write_text(f'#!/bin/bash\nif [ "$1" = --version ]; then echo "{version}"; exit 0; fi\n'
+                      f'echo "mpirun $*" >> {fk["log"]}\n')
+    target.chmod(0o755)
+    fake.unlink()
     fake.symlink_to(target)
 
 
@@ -81,27 +84,38 @@ def test_an_open_mpi_outside_usr_bin_gets_its_prefix(tmp_path):
     """A symlink on PATH (a /usr/local/bin entry, a venv's) is followed to the installation."""
     fk = _fakes(tmp_path, "node01", HOSTS)
     prefix = tmp_path / "opt" / "open mpi"
-    _mpirun_at(tmp_path, fk, prefix / "bin" / "mpirun")
+    _mpirun_at(fk, prefix / "bin" / "mpirun", "mpirun (Open MPI) 5.0.7")
     env = {**fk["env"], "HOSTS": "node01,node02"}
     r = _run(tmp_path, launch_script(plan("mpi", "tcp")), env, ["--", "./a.out"])
     assert r.returncode == 0, r.stderr
-    assert f"\nmpirun --prefix {prefix} --hostfile " in fk["log"].read_text()
+    assert f"mpirun --prefix {prefix} --hostfile " in fk["log"].read_text()
     assert f"--prefix {str(prefix).replace(' ', chr(92) + ' ')}, so that" in r.stderr
 
 
-def test_the_system_open_mpi_gets_no_prefix(tmp_path):
-    """mpirun in /usr/bin (Debian's alternatives link to orterun there): orted is on the
-    other instances' PATH already."""
-    if not os.path.exists("/usr/bin/true"):
-        pytest.skip("no /usr/bin/true to stand for /usr/bin/mpirun")
+def test_another_mpi_gets_no_prefix(tmp_path):
+    """--prefix is Open MPI's: an mpirun that does not say Open MPI is run without it."""
     fk = _fakes(tmp_path, "node01", HOSTS)
-    fake = Path(fk["env"]["PATH"].split(":")[0]) / "mpirun"
-    fake.unlink()
-    fake.symlink_to("/usr/bin/true")
+    _mpirun_at(fk, tmp_path / "opt" / "mpich" / "bin" / "mpirun", "HYDRA build details:")
     env = {**fk["env"], "HOSTS": "node01,node02"}
     r = _run(tmp_path, launch_script(plan("mpi", "tcp")), env, ["--", "./a.out"])
     assert r.returncode == 0, r.stderr
-    assert "mpirun -np 2" in r.stderr and "--prefix" not in r.stderr
+    assert "mpirun --hostfile " in fk["log"].read_text() and "--prefix" not in r.stderr
+
+
+def test_the_system_open_mpi_gets_no_prefix(tmp_path):
+    """mpirun that resolves into /usr/bin (Debian's alternatives: /usr/bin/mpirun ->
+    /etc/alternatives/mpirun -> /usr/bin/orterun): orted is on the other instances' PATH
+    already. A fake readlink stands for that chain."""
+    fk = _fakes(tmp_path, "node01", HOSTS)
+    bin_ = Path(fk["env"]["PATH"].split(":")[0])
+    _mpirun_at(fk, tmp_path / "alternatives" / "mpirun", "mpirun (Open MPI) 4.1.4")
+    (bin_ / "readlink").write_text("#!/bin/bash\necho /usr/bin/orterun\n")
+    (bin_ / "readlink").chmod(0o755)
+    env = {**fk["env"], "HOSTS": "node01,node02"}
+    r = _run(tmp_path, launch_script(plan("mpi", "tcp")), env, ["--", "./a.out"])
+    assert r.returncode == 0, r.stderr
+    assert "mpirun (Open MPI 4.1.4) -np 2" in r.stderr and "--prefix" not in r.stderr
+    assert "mpirun --hostfile " in fk["log"].read_text()
 
 
 @pytest.mark.parametrize("framework", ["mpi", "pytorch"])

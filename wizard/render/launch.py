@@ -183,24 +183,6 @@ done
 X_ARGS=()
 for v in ${FORWARD[@]+"${FORWARD[@]}"}; do X_ARGS+=(-x "$v"); done
 
-# An Open MPI outside /usr/bin (a pip wheel in a venv, HPC-X, an environment module): the
-# other instances' non-interactive ssh does not find its orted/prted on PATH. --prefix (Open
-# MPI 4 and 5) names the installation: the same path on every instance.
-PREFIX_ARGS=()
-MPIRUN_AT=$(command -v mpirun 2>/dev/null) || MPIRUN_AT=""
-if [ -n "$MPIRUN_AT" ]; then
-  MPIRUN_AT=$(readlink -f -- "$MPIRUN_AT" 2>/dev/null || printf '%s' "$MPIRUN_AT")
-  bindir=${MPIRUN_AT%/*}
-  case $bindir in
-    /usr/bin|/bin|'') ;;
-    */bin)
-      PREFIX_ARGS=(--prefix "${bindir%/bin}")
-      printf -v v '%q' "${bindir%/bin}"
-      log "mpirun at $(printf '%q' "$MPIRUN_AT"): --prefix $v, so that the other instances find its orted/prted" ;;
-    *) log "mpirun at $(printf '%q' "$MPIRUN_AT"), not in a bin directory: no --prefix; its orted/prted must be on the other instances' PATH" ;;
-  esac
-fi
-
 # MPI's TCP traffic on the interface that reaches the peers, not on every one (docker0, a
 # second NIC that does not route there): the route to the first peer names it.
 IFACE=""
@@ -233,6 +215,25 @@ fi
 IFACE_ARGS=()
 if [ -n "$IFACE" ]; then  # MPI's TCP, then the runtime's: each flag, its name, the interface
   IFACE_ARGS=("${IF_NAMES[0]}" "${IF_NAMES[1]}" "$IFACE" "${IF_NAMES[2]}" "${IF_NAMES[3]}" "$IFACE")
+fi
+
+# An Open MPI outside /usr/bin (a pip wheel in a venv, HPC-X, an environment module): the
+# other instances' non-interactive ssh does not find its orted/prted on PATH. --prefix (Open
+# MPI 4 and 5; another MPI has no such option) names the installation: the same path on
+# every instance.
+PREFIX_ARGS=()
+MPIRUN_AT=$(command -v mpirun 2>/dev/null) || MPIRUN_AT=""
+if [ -n "$MPIRUN_AT" ] && [ -n "$OMPI_VERSION" ]; then
+  MPIRUN_AT=$(readlink -f -- "$MPIRUN_AT" 2>/dev/null || printf '%s' "$MPIRUN_AT")
+  bindir=${MPIRUN_AT%/*}
+  case $bindir in
+    /usr/bin|/bin|'') ;;
+    */bin)
+      PREFIX_ARGS=(--prefix "${bindir%/bin}")
+      printf -v v '%q' "${bindir%/bin}"
+      log "mpirun at $(printf '%q' "$MPIRUN_AT"): --prefix $v, so that the other instances find its orted/prted" ;;
+    *) log "mpirun at $(printf '%q' "$MPIRUN_AT"), not in a bin directory: no --prefix; its orted/prted must be on the other instances' PATH" ;;
+  esac
 fi
 
 # Every name a rank gets (mpirun -x): MPIRUN_ARGS' own, then the rule's.
