@@ -31,12 +31,19 @@
 # is no source; one that is set but cannot be read is an error naming it, never "no hosts"):
 #   --hosts TEXT, --hostfile PATH (not both), HOSTS, HOSTFILE,
 #   OMPI_MCA_orte_default_hostfile (Open MPI 4), OMPI_MCA_prte_default_hostfile and
-#   PRTE_MCA_prte_default_hostfile (Open MPI 5 / PRRTE), SLURM_JOB_NODELIST, SLURM_NODELIST
-#   (scontrol show hostnames when scontrol is installed), VC_<TASK>_HOSTS (Volcano),
+#   PRTE_MCA_prte_default_hostfile (Open MPI 5 / PRRTE), then the job orchestrators' own
+#   lists: SKYPILOT_NODE_IPS (SkyPilot), DSTACK_NODES_IPS (dstack), MLP_WORKER_ALL_HOSTS
+#   (Volcengine ML platform), then the schedulers': SLURM_JOB_NODELIST, SLURM_NODELIST
+#   (scontrol show hostnames when scontrol is installed), VC_<TASK>_HOSTS (Volcano, and
+#   ModelArts, which runs on it),
 #   MASTER_ADDR (or PET_MASTER_ADDR) with PET_NNODES, or with WORLD_SIZE divided by
 #   PET_NPROC_PER_NODE (Kubeflow PyTorchJob: <job>-master-0 then <job>-worker-0..N-2;
 #   TrainJob's <job>-node-0-0.<job> as any <prefix>-0 .. <prefix>-N-1, in the first label).
 #   PET_NNODES without a master, and an elastic PET_NNODES MIN:MAX, are no source.
+#   PAI-DLC is this last source: MASTER_ADDR <job>-master-0 and WORLD_SIZE in nodes.
+# The orchestrators' lists come before Slurm's: SkyPilot and dstack can run on a Slurm
+# allocation, whose node list then names the allocation, not this job's nodes; their lists
+# are taken as they are (names or addresses between newlines, commas or blanks; no patterns).
 # Lists (--hosts, HOSTS, each VC_<TASK>_HOSTS): items between commas or any blanks (space,
 # tab, newline); an item with [...] is a Slurm list item (node[01-03,07], rack[1-2]-n[1-2]),
 # one with {A..B} a range (job-{0..3}, n{08..11} keeps the zero padding). Ranges multiply,
@@ -60,10 +67,17 @@ HW_RT_HOSTFILE_LIMIT=1048576
 HW_RT_HOSTFILE_VARS=(HOSTFILE OMPI_MCA_orte_default_hostfile OMPI_MCA_prte_default_hostfile
                      PRTE_MCA_prte_default_hostfile)
 HW_RT_SLURM_VARS=(SLURM_JOB_NODELIST SLURM_NODELIST)
+# The platforms' own rank variables, each read only for the hosts its platform named
+# (HW_RT_RANK_VAR, set by hw_rt_discover): SkyPilot, dstack, Volcengine ML platform,
+# Volcano's index in its task (ModelArts), PAI-DLC's RANK
+HW_RT_RANK_VARS=(SKYPILOT_NODE_RANK DSTACK_NODE_RANK MLP_ROLE_INDEX VC_TASK_INDEX RANK)
 # shellcheck disable=SC2034  # read by hw_rt_answer; the launch script does not use it
 HW_RT_PLATFORM_VARS=(HOSTS "${HW_RT_HOSTFILE_VARS[@]}" "${HW_RT_SLURM_VARS[@]}" MASTER_ADDR
                      PET_MASTER_ADDR PET_NNODES WORLD_SIZE PET_NPROC_PER_NODE NODE_RANK
-                     PET_NODE_RANK)
+                     PET_NODE_RANK SKYPILOT_NODE_IPS SKYPILOT_NUM_NODES DSTACK_NODES_IPS
+                     DSTACK_NODES_NUM DSTACK_MASTER_NODE_IP DSTACK_MPI_HOSTFILE
+                     MLP_WORKER_ALL_HOSTS MLP_WORKER_NUM MLP_ROLE MA_NUM_HOSTS
+                     "${HW_RT_RANK_VARS[@]}")
 HW_RT_NAMES=()
 HW_RT_SLOTS=()
 HW_RT_SOURCE=''
@@ -71,6 +85,7 @@ HW_RT_ERROR=''
 HW_RT_ERROR_ARGS=()
 HW_RT_ERROR_WHERE=''
 HW_RT_RANK=''
+HW_RT_RANK_VAR=''
 _hw_rt_out=()
 
 _HW_RT_DIGIT='[0123456789]'
@@ -467,7 +482,99 @@ _hw_rt_volcano() {
     source+="${source:+, }$v"
     _hw_rt_items list "${!v}" || _hw_rt_named "$v" || return 1
   done
-  _hw_rt_checked "$source"
+  _hw_rt_checked "$source" || return 1
+  # VC_TASK_INDEX is a pod's index in its own task: the job's rank only when there is one
+  # task. ModelArts runs on Volcano: VC_WORKER_HOSTS alone, VC_TASK_INDEX and MA_NUM_HOSTS
+  # (the nodes) in its training jobs.
+  if [ "${#vars[@]}" -eq 1 ]; then
+    _hw_rt_count MA_NUM_HOSTS || return 1
+    HW_RT_RANK_VAR=VC_TASK_INDEX
+  fi
+}
+
+# _hw_rt_plain VAR [ports]: the names in $VAR as they are, between newlines, commas or
+# blanks, no patterns (a bracket or a brace is then no valid name) -> _hw_rt_out; ports: an
+# item's ':PORT' is dropped (a name or an IPv4 address with one colon only).
+_hw_rt_plain() {
+  local var=$1 ports=${2:-} text=${!1} item items=() re="^([^:]+):$_HW_RT_DIGIT{1,5}\$"
+  _hw_rt_out=()
+  if [ "${#text}" -gt "$HW_RT_MAX_TEXT" ]; then
+    _hw_rt_fail 'host list of {n} characters is longer than the {max} allowed' n "${#text}" max "$HW_RT_MAX_TEXT"
+    return 1
+  fi
+  _hw_rt_split items "${text//[$_HW_RT_BLANKS]/,}"
+  for item in ${items[@]+"${items[@]}"}; do
+    [ -n "$item" ] || continue
+    if [ -n "$ports" ] && [[ $item =~ $re ]]; then item=${BASH_REMATCH[1]}; fi
+    _hw_rt_out+=("$item")
+    if [ "${#_hw_rt_out[@]}" -gt "$HW_RT_MAX_HOSTS" ]; then break; fi  # _hw_rt_checked says it
+  done
+}
+
+# _hw_rt_count VAR: the platform's count of nodes, when set, is the number of hosts found
+# (a list cut short, or a count of another job, would start a job that waits for ever).
+_hw_rt_count() {
+  local value
+  _hw_rt_strip value "${!1:-}"
+  [ -n "$value" ] || return 0
+  if ! [[ $value =~ ^$_HW_RT_DIGIT{1,18}$ ]] || ((10#$value != ${#HW_RT_NAMES[@]})); then
+    _hw_rt_fail '{var}={value!r}, but {source} names {n} hosts' var "$1" value "$value" source "$HW_RT_SOURCE" n "${#HW_RT_NAMES[@]}"
+    return 1
+  fi
+}
+
+# _hw_rt_list VAR COUNT RANK [ports]: the hosts $VAR lists, checked against $COUNT; RANK is
+# the variable that says which of them this instance is.
+_hw_rt_list() {
+  _hw_rt_plain "$1" "${4:-}" || _hw_rt_named "$1" || return 1
+  _hw_rt_checked "$1" || return 1
+  _hw_rt_count "$2" || return 1
+  HW_RT_RANK_VAR=$3
+}
+
+# The job orchestrators' lists, each with its count and rank variable.
+#   SkyPilot (docs.skypilot.co, running-jobs/environment-variables.html): SKYPILOT_NODE_IPS,
+#     the nodes' IPs one a line, the head node first; SKYPILOT_NODE_RANK, SKYPILOT_NUM_NODES.
+#   dstack (runner/internal/runner/executor/executor.go, execJob and writeMpiHostfile):
+#     DSTACK_NODES_IPS, job IPs one a line; DSTACK_MASTER_NODE_IP, the first of them (the
+#     server's master_job_ip is job_ips[0]); DSTACK_NODE_RANK, DSTACK_NODES_NUM;
+#     DSTACK_MPI_HOSTFILE, 'IP slots=GPUs' (or 'IP' on a CPU node) for the same IPs in the
+#     same order, written empty when no IP is known: read for its slots when not empty.
+#   Volcengine ML platform (volcengine.com/docs/6459/75329, 通用环境变量列表):
+#     MLP_WORKER_ALL_HOSTS, the workers' addresses between commas (ports are separate,
+#     MLP_WORKER_<i>_PORT; a 'host:port' item is taken as its host), MLP_WORKER_NUM, and
+#     MLP_ROLE_INDEX, the index within MLP_ROLE: a rank of the workers only when MLP_ROLE
+#     is WORKER (or not set).
+_hw_rt_orchestrators() {
+  local names=() value file rank=MLP_ROLE_INDEX
+  if ! _hw_rt_blank "${SKYPILOT_NODE_IPS:-}"; then
+    _hw_rt_list SKYPILOT_NODE_IPS SKYPILOT_NUM_NODES SKYPILOT_NODE_RANK
+    return
+  fi
+  if ! _hw_rt_blank "${DSTACK_NODES_IPS:-}"; then
+    _hw_rt_list DSTACK_NODES_IPS DSTACK_NODES_NUM DSTACK_NODE_RANK || return 1
+    _hw_rt_strip value "${DSTACK_MASTER_NODE_IP:-}"
+    if [ -n "$value" ] && [ "$value" != "${HW_RT_NAMES[0]}" ]; then
+      _hw_rt_fail '{var}={value!r} is not the first host of {source} ({first})' var DSTACK_MASTER_NODE_IP value "$value" source DSTACK_NODES_IPS first "${HW_RT_NAMES[0]}"
+      return 1
+    fi
+    _hw_rt_strip file "${DSTACK_MPI_HOSTFILE:-}"
+    if [ -n "$file" ] && [ -s "$file" ]; then
+      names=("${HW_RT_NAMES[@]}")
+      _hw_rt_hostfile "$file" DSTACK_MPI_HOSTFILE "DSTACK_MPI_HOSTFILE=$file" || return 1
+      if [ "${names[*]}" != "${HW_RT_NAMES[*]}" ]; then
+        _hw_rt_fail '{file} names other hosts than {source}, or in another order' file "DSTACK_MPI_HOSTFILE=$file" source DSTACK_NODES_IPS
+        return 1
+      fi
+      HW_RT_SOURCE='DSTACK_NODES_IPS (slots from DSTACK_MPI_HOSTFILE)'
+    fi
+    return 0
+  fi
+  if ! _hw_rt_blank "${MLP_WORKER_ALL_HOSTS:-}"; then
+    _hw_rt_strip value "${MLP_ROLE:-}"
+    if [ -n "$value" ] && [ "$value" != WORKER ]; then rank=''; fi
+    _hw_rt_list MLP_WORKER_ALL_HOSTS MLP_WORKER_NUM "$rank" ports
+  fi
 }
 
 # A master's name with a count of nodes: the job's hosts when the name says the others'.
@@ -558,7 +665,14 @@ _hw_rt_master_world() {
     _hw_rt_fail '{source}: cannot tell the other {n} host names from {var} {master!r}; give them with --hosts or HOSTS' source "$source" n "$((n - 1))" var "$mvar" master "$master"
     return 1
   fi
-  _hw_rt_checked "$source"
+  _hw_rt_checked "$source" || return 1
+  # RANK is a node's index where WORLD_SIZE counts nodes (PAI-DLC: 0 on the master, i+1 on
+  # worker i; a PyTorchJob of operator <= 1.6 alike). Where WORLD_SIZE counts processes
+  # (PET_NPROC_PER_NODE), or in a process torchrun started (LOCAL_RANK is set), RANK is a
+  # process's: never read.
+  if [ "$cvar" = WORLD_SIZE ] && [ -z "$pvar" ] && [ -z "${LOCAL_RANK:-}" ]; then
+    HW_RT_RANK_VAR=RANK
+  fi
 }
 
 # hw_rt_discover [--hosts TEXT [--label NAME]] [--hostfile PATH]: the job's hosts from the
@@ -567,7 +681,7 @@ _hw_rt_master_world() {
 # told, as the wizard's field is "hosts"). None at all: status 0 and no names.
 hw_rt_discover() {
   local hosts='' hostfile='' has_hosts=0 has_hostfile=0 v value label=--hosts
-  HW_RT_NAMES=() HW_RT_SLOTS=() HW_RT_SOURCE='' HW_RT_ERROR='' _hw_rt_out=()
+  HW_RT_NAMES=() HW_RT_SLOTS=() HW_RT_SOURCE='' HW_RT_ERROR='' HW_RT_RANK_VAR='' _hw_rt_out=()
   while [ $# -gt 0 ]; do
     case $1 in
       --hosts) [ $# -ge 2 ] || { _hw_rt_fail '{option} needs a value' option --hosts; return 1; }
@@ -606,6 +720,8 @@ hw_rt_discover() {
       return
     fi
   done
+  _hw_rt_orchestrators || return 1
+  [ "${#HW_RT_NAMES[@]}" -eq 0 ] || return 0
   for v in "${HW_RT_SLURM_VARS[@]}"; do
     if ! _hw_rt_blank "${!v:-}"; then _hw_rt_nodelist "$v"; return; fi
   done
@@ -615,15 +731,19 @@ hw_rt_discover() {
 }
 
 # hw_rt_rank NAME...: which of the names is this instance -> HW_RT_RANK: NODE_RANK when set,
-# else PET_NODE_RANK (Kubeflow's; TrainJob sets no NODE_RANK), else the name that is this
-# host's name (hostname, -s, -f; a name's short form counts), else the first whose address
-# (getent hosts) is one of this host's. Status 1: none of them; 2: NODE_RANK (or
-# PET_NODE_RANK) is not one of the ranks.
+# else PET_NODE_RANK (Kubeflow's; TrainJob sets no NODE_RANK), else HW_RT_RANK_VAR (the
+# rank variable of the platform whose list hw_rt_discover read: SKYPILOT_NODE_RANK, ...),
+# else the name that is this host's name (hostname, -s, -f; a name's short form counts),
+# else the first whose address (_hw_rt_lookup) is one of this host's. Status 1: none of
+# them; 2: the rank variable is not one of the ranks.
 hw_rt_rank() {
   local n=$# i name mine addrs a var=NODE_RANK
   local names=("$@")
   HW_RT_RANK='' HW_RT_ERROR=''
   if [ -z "${NODE_RANK:-}" ] && [ -n "${PET_NODE_RANK:-}" ]; then var=PET_NODE_RANK; fi
+  if [ -z "${!var:-}" ] && [ -n "$HW_RT_RANK_VAR" ] && [ -n "${!HW_RT_RANK_VAR:-}" ]; then
+    var=$HW_RT_RANK_VAR
+  fi
   if [ -n "${!var:-}" ]; then
     if ! [[ ${!var} =~ ^$_HW_RT_DIGIT{1,18}$ ]] || ((10#${!var} >= n)); then
       _hw_rt_fail '{var}={value!r} is not 0..{last}' var "$var" value "${!var}" last "$((n - 1))"
@@ -639,11 +759,18 @@ hw_rt_rank() {
   done
   addrs=" $(hostname -I 2>/dev/null || ip -o addr show 2>/dev/null | awk '{split($4, a, "/"); printf "%s ", a[1]}') "
   for ((i = 0; i < n; i++)); do
-    a=$(getent hosts "${names[i]}" 2>/dev/null | awk '{print $1; exit}') || a=''
+    a=$(_hw_rt_lookup "${names[i]}") || a=''
     if [ -n "$a" ] && [[ $addrs == *" $a "* ]]; then HW_RT_RANK=$i; return 0; fi
   done
   _hw_rt_fail 'this instance ({host}) is none of the hosts{source}; set NODE_RANK' host "$(hostname 2>/dev/null || echo '?')" source "${HW_RT_SOURCE:+ from $HW_RT_SOURCE}"
   return 1
+}
+
+# _hw_rt_lookup NAME: NAME's address. An IPv4 address is its own: getent hosts looks one up
+# in reverse, and fails where nothing names it, as for the platforms' IP lists.
+_hw_rt_lookup() {
+  if [[ $1 =~ ^$_HW_RT_DIGIT{1,3}([.]$_HW_RT_DIGIT{1,3}){3}$ ]]; then printf '%s\n' "$1"; return 0; fi
+  getent hosts "$1" 2>/dev/null | awk '{print $1; exit}'
 }
 
 # shellcheck disable=SC2016  # $1 and $2 are the inner bash's arguments: never its source
@@ -693,7 +820,7 @@ hw_rt_sshd() {
 hw_rt_wait() {
   local h=$1 tries=$2 port=${3:-} try=1 delay=1 what
   while :; do
-    if getent hosts "$h" >/dev/null; then
+    if [ -n "$(_hw_rt_lookup "$h")" ]; then
       if [ -z "$port" ] || _hw_rt_port_open "$h" "$port"; then return 0; fi
       what="port $port"
     else
@@ -701,7 +828,12 @@ hw_rt_wait() {
     fi
     if [ "$try" -ge "$tries" ]; then
       _hw_rt_log "$h: $what not ready after $try tries"
-      _hw_rt_fail '{host}: {what} not ready after {tries} tries' host "$h" what "$what" tries "$try"
+      if [ "$what" = name ]; then
+        # the job's names are the user's to make resolve: say how, not only that it failed
+        _hw_rt_fail "{host}: the name does not resolve after {tries} tries; the instances must resolve each other's names (the platform's DNS or /etc/hosts), or use the IPs the platform lists (HOSTS=10.0.0.1,10.0.0.2)" host "$h" tries "$try"
+      else
+        _hw_rt_fail '{host}: {what} not ready after {tries} tries' host "$h" what "$what" tries "$try"
+      fi
       return 1
     fi
     _hw_rt_log "waiting for $h ($what), try $try of $tries, next in ${delay}s"
@@ -828,7 +960,7 @@ hw_rt_port() {
 # instances (ens5 here, ens6 there).
 hw_rt_route_dev() {
   HW_RT_DEV=""
-  HW_RT_ADDR=$(getent hosts "$1" 2>/dev/null | awk '{print $1; exit}') || true
+  HW_RT_ADDR=$(_hw_rt_lookup "$1") || true
   [ -n "$HW_RT_ADDR" ] || return 0
   HW_RT_DEV=$(ip -o route get "$HW_RT_ADDR" 2>/dev/null | sed -n 's/.* dev \([^ ]*\).*/\1/p') || true
   if [ "$HW_RT_DEV" = lo ]; then HW_RT_DEV=""; fi
@@ -861,17 +993,25 @@ hw_rt_roce_gid() {
 # number of names, the names, the number of slots, the slots; rank: the rank. A refusal:
 # status 2, its line on standard error, and on standard output as data: where (the source
 # it names, or empty), the template, then KEY VALUE pairs (_hw_rt_fail). Rank of none of
-# the names: status 1, nothing printed. variables: HW_RT_PLATFORM_VARS.
+# the names: status 1, nothing printed. variables: HW_RT_PLATFORM_VARS. discover ends with
+# the rank variable of the source (HW_RT_RANK_VAR), rank takes it as --rank-var VAR.
 # shellcheck disable=SC2317,SC2329  # called by wizard/runtime.py; the launch script has no use for it
 hw_rt_answer() {
-  local what=$1 rc=0
+  local what=$1 rc=0 v
   shift
   case $what in
     discover)
       hw_rt_discover "$@" || { _hw_rt_refusal; return 2; }
       printf '%s\0' "$HW_RT_SOURCE" "${#HW_RT_NAMES[@]}" ${HW_RT_NAMES[@]+"${HW_RT_NAMES[@]}"} \
-        "${#HW_RT_SLOTS[@]}" ${HW_RT_SLOTS[@]+"${HW_RT_SLOTS[@]}"} ;;
+        "${#HW_RT_SLOTS[@]}" ${HW_RT_SLOTS[@]+"${HW_RT_SLOTS[@]}"} "$HW_RT_RANK_VAR" ;;
     rank)
+      if [ "${1:-}" = --rank-var ]; then
+        # one of the platforms' rank variables, or none: never a name to read from the caller
+        for v in "${HW_RT_RANK_VARS[@]}"; do
+          if [ "$v" = "${2:-}" ]; then HW_RT_RANK_VAR=$v; fi
+        done
+        shift 2
+      fi
       hw_rt_rank "$@" || rc=$?
       if [ "$rc" = 1 ]; then return 1; fi
       if [ "$rc" != 0 ]; then _hw_rt_refusal; return 2; fi

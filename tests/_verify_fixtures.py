@@ -50,7 +50,7 @@ class FakeSystem(System):
     def user(self):
         return "root"
 
-    def rank(self, names):
+    def rank(self, names, rank_var=""):
         return list(names).index(self.here) if self.here in names else None
 
     def write_temp(self, name, text, mode=0o600, owner=None):

@@ -95,6 +95,14 @@ CASES: Dict[str, Case] = {
     # the job's hosts the SSH client settings are derived from (no --peers)
     "env-hosts-for-peers-shell": (PLAN, {"HOSTS": "node1;touch {tmp}/pwned"}, {}),
     "env-slurm-for-peers-bracket": (APPLY, {"SLURM_JOB_NODELIST": "node[1-"}, {}),
+    # the platforms' lists and rank variables (verify refuses a bad rank before its checks)
+    "env-skypilot-rank-past-the-list": (VERIFY, {"SKYPILOT_NODE_IPS": "203.0.113.10\n203.0.113.11",
+                                                 "SKYPILOT_NODE_RANK": "2"}, {}),
+    "env-dstack-count": (VERIFY, {"DSTACK_NODES_IPS": "203.0.113.20\n203.0.113.21",
+                                  "DSTACK_NODES_NUM": "3"}, {}),
+    "env-mlp-for-peers-shell": (PLAN, {"MLP_WORKER_ALL_HOSTS": "a;touch {tmp}/pwned"}, {}),
+    "env-pai-dlc-rank": (VERIFY, {"MASTER_ADDR": "dlc1-master-0", "WORLD_SIZE": "2",
+                                  "RANK": "5"}, {}),
     # host names and lists (verify --hosts)
     "hosts-semicolon": (VERIFY + ["--hosts", "node1;touch {tmp}/pwned"], {}, {}),
     "hosts-twice": (VERIFY + ["--hosts", "node1,node1"], {}, {}),
@@ -352,6 +360,9 @@ SAYS = {
     "force-without-output": "--force replaces files that -o FILE writes",
     "jobs-with-here": "--jobs is how many hosts are checked at once",
     "ssh-port-with-pytorch": "--ssh-port: SSH is configured for MPI only",
+    "env-skypilot-rank-past-the-list": "SKYPILOT_NODE_RANK='2' is not 0..1",
+    "env-dstack-count": "DSTACK_NODES_NUM='3', but DSTACK_NODES_IPS names 2 hosts",
+    "env-pai-dlc-rank": "RANK='5' is not 0..1",
 }
 
 
@@ -364,7 +375,9 @@ def test_the_refusal_names_the_problem(case: str, tmp_path: Path) -> None:
     proc = subprocess.run([wizard_exe(), *argv], stdin=subprocess.DEVNULL, capture_output=True,
                           text=True, timeout=20, cwd=str(tmp_path),
                           env=dict(os.environ, HPCWIZARD_STATE_DIR=str(tmp_path / "state"),
-                                   LANG="C.UTF-8", LC_ALL="", LC_MESSAGES=""))
+                                   LANG="C.UTF-8", LC_ALL="", LC_MESSAGES="",
+                                   **{k: v.replace("{tmp}", str(tmp_path))
+                                      for k, v in env.items()}))
     assert proc.returncode == 2 and SAYS[case] in proc.stderr, proc.stderr
 
 

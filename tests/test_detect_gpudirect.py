@@ -1,5 +1,5 @@
 """Issue 17, GPUDirect RDMA as NCCL finds it (src/transport/net_ib.cc): a peer-memory module's
-version file (nv_mem, nv_mem_nc, nvidia_peermem), else DMA-BUF (Linux 5.12 or later and the
+version file (which ones: by NCCL version, hpcwizard.peer_memory), else DMA-BUF (Linux 5.12 or later and the
 NVIDIA driver's open kernel module, 515 or later). With GPUs and active RDMA ports and none of
 them: a detection warning with the host's fix, shown in PyTorch-over-InfiniBand plans only.
 
@@ -16,6 +16,7 @@ import pytest
 
 from hpcwizard.catalog import load_catalog
 from hpcwizard.choices import make_choices
+from hpcwizard import peer_memory
 from hpcwizard.detect import detect, rdma
 from hpcwizard.i18n import set_language
 from hpcwizard.plan import build_plan
@@ -56,7 +57,7 @@ def gdr_warnings(facts):
 
 @pytest.mark.parametrize("rel,mechanism", [
     ("sys/kernel/mm/memory_peers/nv_mem/version", "nv_mem"),
-    ("sys/kernel/mm/memory_peers/nvidia-peermem/version", "nvidia-peermem"),  # NCCL < 2.23
+    ("sys/kernel/mm/memory_peers/nvidia-peermem/version", "nvidia-peermem"),  # NCCL < 2.22
     ("sys/kernel/mm/memory_peers/nv_mem_nc/version", "nv_mem_nc"),
     ("sys/module/nvidia_peermem/version", "nvidia_peermem"),
 ])
@@ -146,24 +147,88 @@ def test_the_warning_reads_in_chinese_with_its_arguments_kept(tmp_path):
     assert "535.183.01" in text and "6.5.0-41-generic" in text and "mlx5_0:1" in text
 
 
-@pytest.mark.parametrize("rel,nccl,warned", [
-    # NCCL before 2.23 looks under /sys/kernel/mm/memory_peers only (nv_mem, nvidia-peermem)
-    ("sys/module/nvidia_peermem/version", "2.20.5", True),
-    ("sys/kernel/mm/memory_peers/nv_mem_nc/version", "2.22.3", True),
-    ("sys/module/nvidia_peermem/version", "2.23.4", False),
-    ("sys/kernel/mm/memory_peers/nvidia-peermem/version", "2.20.5", False),
-    ("sys/kernel/mm/memory_peers/nv_mem/version", "2.18.1", False),
-    ("sys/module/nvidia_peermem/version", "", False),  # the NCCL is unknown: nothing claimed
+MEMORY_PEERS = "sys/kernel/mm/memory_peers"
+NV_MEM, NV_MEM_NC = f"{MEMORY_PEERS}/nv_mem/version", f"{MEMORY_PEERS}/nv_mem_nc/version"
+OFED_PEERMEM = f"{MEMORY_PEERS}/nvidia-peermem/version"
+MODULE_PEERMEM = "sys/module/nvidia_peermem/version"
+
+
+# The version files NCCL's ncclIbGdrSupport tests, read at each tag of NVIDIA/nccl
+# (src/transport/net_ib.cc; src/transport/net_ib/gdr.cc at v2.29.2-1).
+@pytest.mark.parametrize("nccl,files", [
+    ((2, 9, 6), (NV_MEM,)),
+    ((2, 18, 1), (NV_MEM, OFED_PEERMEM)),
+    ((2, 21, 5), (NV_MEM, OFED_PEERMEM)),
+    ((2, 22, 3), (NV_MEM, NV_MEM_NC)),
+    ((2, 23, 4), (NV_MEM, NV_MEM_NC, MODULE_PEERMEM)),
+    ((2, 29, 2), (NV_MEM, NV_MEM_NC, MODULE_PEERMEM)),
+    ((), ()),  # the NCCL is unknown: no file claimed
 ])
-def test_the_plan_says_when_this_nccl_cannot_see_the_peer_memory_module(tmp_path, rel, nccl,
-                                                                       warned):
-    f = detect(str(machine(tmp_path, files=(rel,))))
+def test_the_files_each_nccl_looks_for(nccl, files):
+    assert tuple(peer_memory.BY_NAME[n].path for n in peer_memory.looks_for(nccl)) == files
+
+
+@pytest.mark.parametrize("present,since", [
+    (("nvidia_peermem",), "2.23"),
+    (("nv_mem_nc",), "2.22"),
+    (("nvidia-peermem", "nvidia_peermem"), "2.23"),
+    (("nvidia-peermem",), ""),  # NCCL 2.22 stopped looking there
+])
+def test_the_first_nccl_from_which_every_release_sees_a_module(present, since):
+    assert peer_memory.seen_since(present) == since
+
+
+def test_detect_records_every_peer_memory_file_present(tmp_path):
+    """With MLNX_OFED, one nvidia-peermem shows in two places: NCCL 2.21 finds one of them,
+    2.23 the other; the first alone would not tell either."""
+    f = detect(str(machine(tmp_path, files=(OFED_PEERMEM, MODULE_PEERMEM))))
+    assert f.rdma.peer_memory == ("nvidia-peermem", "nvidia_peermem")
+    assert f.rdma.gpudirect == "nvidia-peermem"
+
+
+WARNING = "which this NCCL does not check: it will keep GPUDirect RDMA off."
+
+
+def test_facts_recorded_before_peer_memory_are_read_by_their_first_file(tmp_path):
+    f = detect(str(machine(tmp_path, files=(MODULE_PEERMEM,))))
+    old = with_(f, rdma=dataclasses.replace(f.rdma, peer_memory=()),
+                software=dataclasses.replace(f.software, nccl_version="2.22.3"))
+    set_language("en")
+    assert any(WARNING in w for w in build_plan(
+        old, make_choices(framework="pytorch", network="ib"), CATALOG).warnings)
+
+
+@pytest.mark.parametrize("files,nccl,advice", [
+    ((MODULE_PEERMEM,), "2.20.5", "Use NCCL 2.23 or later"),
+    ((MODULE_PEERMEM,), "2.21.5", "Use NCCL 2.23 or later"),
+    ((MODULE_PEERMEM,), "2.22.3", "Use NCCL 2.23 or later"),
+    ((MODULE_PEERMEM,), "2.23.4", None),
+    ((MODULE_PEERMEM,), "2.27.7", None),
+    ((NV_MEM_NC,), "2.21.5", "Use NCCL 2.22 or later"),
+    ((NV_MEM_NC,), "2.22.3", None),  # 2.22 added nv_mem_nc
+    ((OFED_PEERMEM,), "2.21.5", None),
+    ((OFED_PEERMEM,), "2.22.3", ""),  # 2.22 dropped it, and no later NCCL looks there
+    ((OFED_PEERMEM,), "2.23.4", ""),
+    ((OFED_PEERMEM, MODULE_PEERMEM), "2.22.3", "Use NCCL 2.23 or later"),
+    ((OFED_PEERMEM, MODULE_PEERMEM), "2.23.4", None),
+    ((OFED_PEERMEM, MODULE_PEERMEM), "2.21.5", None),
+    ((NV_MEM,), "2.9.6", None),
+    ((NV_MEM,), "2.23.4", None),
+    ((MODULE_PEERMEM,), "", None),  # the NCCL is unknown: nothing claimed
+])
+def test_the_plan_says_when_this_nccl_cannot_see_the_peer_memory_module(tmp_path, files, nccl,
+                                                                       advice):
+    f = detect(str(machine(tmp_path, files=files)))
     f = with_(f, software=dataclasses.replace(f.software, nccl_version=nccl))
     set_language("en")
     text = "\n".join(build_plan(f, make_choices(framework="pytorch", network="ib"),
                                 CATALOG).warnings)
-    assert ("looks for the GPUDirect RDMA peer-memory module only under" in text) == warned
-    if warned:
-        assert f"NCCL {nccl} " in text and f"found as {f.rdma.gpudirect}" in text
+    assert (WARNING in text) == (advice is not None)
+    if advice is not None:
+        looked = ", ".join("/" + peer_memory.BY_NAME[n].path
+                           for n in peer_memory.looks_for(tuple(map(int, nccl.split(".")))))
+        assert f"NCCL {nccl} looks for the GPUDirect RDMA peer-memory module at {looked};" in text
+        assert "the one loaded here is at /" + files[0] in text
+        assert ("Use NCCL" in text) == bool(advice) and advice in text
     mpi = build_plan(f, make_choices(framework="mpi", network="ib"), CATALOG)
-    assert not any("peer-memory module only under" in w for w in mpi.warnings)  # no NCCL there
+    assert not any(WARNING in w for w in mpi.warnings)  # no NCCL there

@@ -193,6 +193,31 @@ def test_unreachable_peer_bounded(tmp_path):
     assert r.returncode == 2 and "ghost" in r.stderr and "try 1 of 2" in r.stderr
 
 
+@pytest.mark.parametrize("framework", ["mpi", "pytorch"])
+def test_a_name_that_does_not_resolve_says_how_names_must_resolve(tmp_path, framework):
+    """The user's to fix: the last line says what the instances need (each other's names, or
+    the platform's IP list), not only that the wait ran out."""
+    fk = _fakes(tmp_path, "a", {"a": "10.0.0.1"})
+    env = {**fk["env"], "HOSTS": "a,ghost", "MASTER_PORT": "29500"}
+    r = _run(tmp_path, launch_script(plan(framework, "tcp")), env, ["--", "hostname"])
+    last = r.stderr.strip().splitlines()[-1]
+    assert r.returncode == 2, r.stderr
+    assert last.endswith("ghost: the name does not resolve after 1 tries; the instances must "
+                         "resolve each other's names (the platform's DNS or /etc/hosts), or "
+                         "use the IPs the platform lists (HOSTS=10.0.0.1,10.0.0.2)"), last
+
+
+def test_a_port_that_does_not_answer_says_the_port(tmp_path):
+    fk = _fakes(tmp_path, "a", {"a": "10.0.0.1", "b": "10.0.0.2"})
+    # timeout 2 bash -c ': </dev/tcp/"$1"/"$2"' _ HOST PORT: b's port does not answer
+    (tmp_path / "bin" / "timeout").write_text('#!/bin/bash\n[ "$6" != b ]\n')
+    env = {**fk["env"], "HOSTS": "a,b"}
+    r = _run(tmp_path, launch_script(plan("mpi", "tcp")), env, ["--", "hostname"])
+    last = r.stderr.strip().splitlines()[-1]
+    assert r.returncode == 2 and last.endswith("b: port 2222 not ready after 1 tries"), r.stderr
+    assert "resolve each other's names" not in r.stderr
+
+
 @pytest.mark.parametrize("var", ["SLOTS", "NP", "WAIT_TRIES", "WORKER_TIMEOUT", "NPROC_PER_NODE"])
 def test_numbers_from_the_environment_never_reach_arithmetic(tmp_path, var):
     """bash arithmetic evaluates a[$(...)]: a value that is not plain digits stops the script."""
@@ -472,3 +497,51 @@ def test_environment_values_reaching_a_command_line_are_checked(tmp_path, framew
     assert last.startswith("launch[node01]: " + var + "=") and "Traceback" not in r.stderr, last
     assert " is not " in last
     assert "ssh" not in calls and "mpirun" not in calls and "torchrun" not in calls, calls
+
+
+def test_help_lists_every_platforms_hosts_and_rank(tmp_path):
+    fk = _fakes(tmp_path, "a", {})
+    r = _run(tmp_path, launch_script(plan("mpi", "tcp")), fk["env"], ["--help"])
+    assert r.returncode == 0
+    for words in ("SKYPILOT_NODE_IPS", "SKYPILOT_NODE_RANK", "DSTACK_NODES_IPS",
+                  "DSTACK_MPI_HOSTFILE", "DSTACK_NODE_RANK", "MLP_WORKER_ALL_HOSTS",
+                  "MLP_ROLE_INDEX", "VC_TASK_INDEX", "ModelArts", "PAI-DLC", "LOCAL_RANK"):
+        assert words in r.stdout, words
+
+
+def test_mpi_takes_dstacks_slots_for_its_ips(tmp_path):
+    """dstack's own hostfile gives each node's slots (its GPUs); mpirun runs their sum on
+    the IPs in dstack's order, from the master (DSTACK_NODE_RANK 0)."""
+    ips = {"203.0.113.20": "203.0.113.20", "203.0.113.21": "203.0.113.21"}
+    fk = _fakes(tmp_path, "elsewhere", ips)
+    hostfile = tmp_path / "dstack-hostfile"
+    hostfile.write_text("203.0.113.20 slots=8\n203.0.113.21 slots=4\n")
+    env = {**fk["env"], "DSTACK_NODES_IPS": "203.0.113.20\n203.0.113.21",
+           "DSTACK_MASTER_NODE_IP": "203.0.113.20", "DSTACK_NODE_RANK": "0",
+           "DSTACK_NODES_NUM": "2", "DSTACK_MPI_HOSTFILE": str(hostfile)}
+    r = _run(tmp_path, launch_script(plan("mpi", "tcp")), env, ["--", "./a.out"])
+    assert r.returncode == 0, r.stderr
+    assert "(this is 203.0.113.20, rank 0 of 2)" in r.stderr
+    assert "-np 12" in fk["log"].read_text()
+    hf = (fk["home"] / ".hpcwizard/launch/hostfile.203.0.113.20").read_text()
+    assert hf.splitlines() == ["203.0.113.20 slots=8", "203.0.113.21 slots=4"]
+
+
+def test_an_ip_list_needs_no_name_for_its_addresses(tmp_path):
+    """getent hosts ADDRESS fails where nothing names the address (no /etc/hosts line, no
+    reverse DNS): the peers of a SkyPilot IP list are waited for by their port alone, and
+    this instance finds itself by its address. verify asks ahosts, which answers."""
+    from hpcwizard.verify.probes import Resolve
+
+    fk = _fakes(tmp_path, "elsewhere", {})  # a getent that knows no name and no address
+    (tmp_path / "bin/hostname").write_text(
+        '#!/bin/bash\n[ "${1:-}" = -I ] && { echo 203.0.113.11; exit 0; }; echo elsewhere\n')
+    env = {**fk["env"], "SKYPILOT_NODE_IPS": "203.0.113.10\n203.0.113.11\n203.0.113.12"}
+    r = _run(tmp_path, launch_script(plan("pytorch", "tcp")), env, ["train.py"])
+    assert r.returncode == 0, r.stderr
+    assert "(this is 203.0.113.11, rank 1 of 3)" in r.stderr and "waiting for" not in r.stderr
+    assert "--node-rank=1 " in fk["log"].read_text()
+    assert Resolve("203.0.113.10").argv() == ("getent", "ahosts", "203.0.113.10")
+    assert Resolve("node1").argv() == ("getent", "hosts", "node1")
+    assert subprocess.run(["getent", "ahosts", "203.0.113.10"], capture_output=True,
+                          text=True).stdout.split()[0] == "203.0.113.10"

@@ -71,12 +71,89 @@ def _ask(call, *args) -> tuple:
         return None, str(exc)
 
 
+def _check_rank(case: Dict[str, Any], got: Optional[Hosts], env: Dict[str, str]) -> None:
+    """The rank the table says, from the rank variable of the source that named the hosts."""
+    if "rank_var" in case:
+        assert got is not None and got.rank_var == case["rank_var"]
+    if "rank" not in case and "rank_error" not in case:
+        return
+    assert got is not None
+    rank, error = _ask(runtime.rank_of, got.names, env, got.rank_var)
+    if "rank_error" in case:
+        assert re.search(case["rank_error"], error), error or f"ranked {rank}"
+    else:
+        assert (rank, error) == (case["rank"], "")
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_the_library_gives_the_tables_answer(case, tmp_path):
     given = _inputs(case, tmp_path)
     got, error = _ask(runtime.discover, given["hosts"], given["hostfile"], given["env"])
     _check(case, got, error)
+    _check_rank(case, got, given["env"])
     assert not given["pwned"].exists()
+
+
+PLATFORM_CASES = [c for c in CASES if "platform" in c]
+
+
+@pytest.mark.parametrize("case", PLATFORM_CASES, ids=[c["name"] for c in PLATFORM_CASES])
+def test_the_launch_script_gives_the_tables_hosts_and_rank(case, tmp_path):
+    """The launch script on an instance whose host name and address are none of the names:
+    the same hosts in the same order as verify, the rank from the platform's variable, and
+    torchrun told both; a bad value is its one line and status 2."""
+    from test_launch import _fakes, _run, plan
+
+    from hpcwizard.export import launch_script
+
+    given = _inputs(case, tmp_path)
+    names = case.get("names", [])
+    fk = _fakes(tmp_path, "elsewhere", {n: f"198.51.100.{i}" for i, n in enumerate(names, 1)})
+    # the fake getent knows the names; the addresses in the lists answer as themselves
+    r = _run(tmp_path, launch_script(plan("pytorch", "tcp")), {**fk["env"], **given["env"]},
+             ["train.py"])
+    last = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
+    said = last.split(": ", 1)[-1]
+    if "error" in case or "rank_error" in case:
+        assert r.returncode == 2, r.stderr
+        assert re.search(case.get("error", case.get("rank_error", "")), said), r.stderr
+        return
+    assert r.returncode == 0, r.stderr
+    rank = case["rank"]
+    source = case.get("source", "")
+    assert f"hosts from {source}" in r.stderr and (
+        f": {' '.join(names)} (this is {names[rank]}, rank {rank} of {len(names)})" in r.stderr)
+    call = fk["log"].read_text()
+    assert f"--nnodes={len(names)} --node-rank={rank} " in call, call
+    assert not given["pwned"].exists()
+
+
+@pytest.mark.parametrize("case", [c for c in PLATFORM_CASES if "rank" in c],
+                         ids=[c["name"] for c in PLATFORM_CASES if "rank" in c])
+def test_verify_ranks_this_instance_as_the_table_says(case, tmp_path, monkeypatch):
+    """verify's own path: the hosts `hpcwizard verify` discovers (from os.environ) and its
+    Ctx's rank on an instance whose name and address are none of them."""
+    from test_launch import plan
+
+    from _core_fixtures import facts
+    from hpcwizard.verify.context import Ctx
+    from hpcwizard.verify.system import System
+
+    given = _inputs(case, tmp_path)
+    fake = _fake_host(tmp_path, "elsewhere", "192.0.2.9", {})
+    for k, v in {**given["env"], **fake}.items():
+        monkeypatch.setenv(k, v)
+    hosts = runtime.discover(None, None, None)
+    assert hosts is not None and list(hosts.names) == case["names"]
+    ctx = Ctx(plan("pytorch", "tcp"), facts(), System(), hosts)
+    assert ctx.rank() == case["rank"] and ctx.here_name() == case["names"][case["rank"]]
+
+
+def test_every_platform_has_rows_of_hosts_rank_and_bad_values():
+    for platform in ("SkyPilot", "dstack", "Volcengine ML platform", "PAI-DLC", "ModelArts"):
+        rows = [c for c in PLATFORM_CASES if c["platform"] == platform]
+        for key in ("rank", "error", "rank_error"):
+            assert any(key in c for c in rows), (platform, key)
 
 
 FIELD_CASES = [c for c in CASES if "hosts" in c and "hostfile" not in c]
@@ -141,6 +218,9 @@ def test_every_refusal_of_the_library_is_in_the_catalogue():
                 "no {config}: run 'hpcwizard apply' as {user} first",
                 "sshd did not start listening on port {port}",
                 "{host}: {what} not ready after {tries} tries",
+                "{host}: the name does not resolve after {tries} tries; the instances must "
+                "resolve each other's names (the platform's DNS or /etc/hosts), or use the IPs "
+                "the platform lists (HOSTS=10.0.0.1,10.0.0.2)",
                 "SLOTS={value!r} is not a number from 1 to {max}",
                 "NP={value!r} is not a number from 1 to {max}",
                 # the launch script's alone, as SLOTS and NP
@@ -307,3 +387,15 @@ def test_the_library_runs_under_set_u():
     r = subprocess.run(["bash", "-c", script], env={"PATH": "/usr/bin:/bin"},
                        capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout == "a b|\n", r.stderr
+
+
+@pytest.mark.parametrize("rank_var", ["NODE_RANK", "PATH", "DSTACK_NODE_RANK MLP_ROLE_INDEX",
+                                      "x[$(touch {pwned})]"])
+def test_rank_reads_only_a_platforms_rank_variable(tmp_path, rank_var):
+    """rank_of's rank_var is one of the library's rank variables, or none is read."""
+    pwned = tmp_path / "pwned"
+    env = {**_fake_host(tmp_path, "elsewhere", "192.0.2.9", {}), "NODE_RANK": "",
+           "DSTACK_NODE_RANK": "1", "MLP_ROLE_INDEX": "1"}
+    assert runtime.rank_of(["a", "b"], env, rank_var.replace("{pwned}", str(pwned))) is None
+    assert runtime.rank_of(["a", "b"], env, "DSTACK_NODE_RANK") == 1
+    assert not pwned.exists()

@@ -61,6 +61,12 @@ def fake_sshd(tmp_path):
     return exe, config
 
 
+def other_config(tmp_path) -> Path:
+    """A configuration no sshd on this machine runs with: a real sshd of the system's own
+    (a developer's machine, a system test's) must not answer for these cases."""
+    return tmp_path / "other" / "sshd_config"
+
+
 def sshd_pid(pidfile, config):
     """_hw_sshd_pid as hw_sshd calls it: the pid file and the configuration (none: the
     system's) in its variables."""
@@ -80,10 +86,10 @@ def alive(p: subprocess.Popen) -> bool:
 
 def test_no_pid_file_a_dead_pid_or_no_number_is_status_1(tmp_path):
     pidfile = tmp_path / "sshd.pid"
-    assert sshd_pid(pidfile, SYSTEM_CONFIG).returncode == 1
+    assert sshd_pid(pidfile, other_config(tmp_path)).returncode == 1
     for text in ("4194999\n", "", "12 34\n", "../1\n", "abc"):  # 4194999: over pid_max
         pidfile.write_text(text)
-        r = sshd_pid(pidfile, SYSTEM_CONFIG)
+        r = sshd_pid(pidfile, other_config(tmp_path))
         assert (r.returncode, r.stdout, r.stderr) == (1, "", ""), text
 
 
@@ -91,7 +97,7 @@ def test_another_program_is_named_and_never_taken_for_sshd(tmp_path, procs):
     sleeper = procs(["sleep", "300"])
     pidfile = tmp_path / "sshd.pid"
     pidfile.write_text(f"{sleeper.pid}\n")
-    r = sshd_pid(pidfile, SYSTEM_CONFIG)
+    r = sshd_pid(pidfile, other_config(tmp_path))
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.splitlines() == [
         f"hpcwizard: {pidfile} names pid {sleeper.pid} (sleep, user {ME}), which is not sshd: "
@@ -107,9 +113,9 @@ def test_the_sshd_of_the_plans_configuration_is_recognised(tmp_path, procs, fake
     r = sshd_pid(pidfile, config)
     assert (r.returncode, r.stdout.strip(), r.stderr) == (0, str(daemon.pid), "")
     # the same sshd is not the one of another configuration (the system's, another user's)
-    r = sshd_pid(pidfile, SYSTEM_CONFIG)
+    r = sshd_pid(pidfile, other_config(tmp_path))
     assert r.returncode == 2
-    assert f"(sshd, user {ME}), which is not the sshd of {SYSTEM_CONFIG}:" in r.stderr
+    assert f"(sshd, user {ME}), which is not the sshd of {other_config(tmp_path)}:" in r.stderr
     # after a package upgrade the binary is gone: /proc/PID/exe ends in ' (deleted)'
     exe.unlink()
     assert os.readlink(f"/proc/{daemon.pid}/exe").endswith(" (deleted)")
@@ -137,7 +143,7 @@ def test_an_sshd_that_rewrote_its_title_is_still_recognised(tmp_path):
         pidfile = tmp_path / "sshd.pid"
         pidfile.write_text(f"{daemon.pid}\n")
         assert sshd_pid(pidfile, config).stdout.strip() == str(daemon.pid)
-        assert sshd_pid(pidfile, SYSTEM_CONFIG).returncode == 2
+        assert sshd_pid(pidfile, other_config(tmp_path)).returncode == 2
     finally:
         daemon.kill()
         daemon.wait()
@@ -155,7 +161,7 @@ def test_without_f_it_is_the_system_configuration(tmp_path, procs, fake_sshd):
 def test_a_process_of_another_user_is_not_this_users_sshd(tmp_path):
     pidfile = tmp_path / "sshd.pid"
     pidfile.write_text("1\n")  # init: root's, not an sshd (and not ours when we are not root)
-    r = sshd_pid(pidfile, SYSTEM_CONFIG)
+    r = sshd_pid(pidfile, other_config(tmp_path))
     assert r.returncode == 2 and f"{pidfile} names pid 1 (" in r.stderr
     assert "user root), which is not" in r.stderr
 

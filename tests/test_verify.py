@@ -83,6 +83,12 @@ def test_name_removed():
     _, c, _ = run({"node1": "ok", "node2": "ok", "node3": "noname"})
     bad = c["peer/node3/resolve"]
     assert bad.status == FAIL and bad.diagnoses[0].id == "name-unresolved"
+    # what the instances need, in both languages: each other's names, or the platform's IPs
+    d = bad.diagnoses[0]
+    assert "The instances must resolve each other's names." in d.cause
+    assert "各实例必须能互相解析对方的名字" in d.i18n["zh"]["cause"]
+    assert "give those as the hosts (HOSTS=10.0.0.1,10.0.0.2)" in d.fix
+    assert "HOSTS=10.0.0.1,10.0.0.2" in d.i18n["zh"]["fix"]
     assert bad.command == "getent hosts node3"
     assert c["peer/node3/port"].status == SKIP
 

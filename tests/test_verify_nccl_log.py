@@ -132,7 +132,17 @@ def test_the_hca_line_is_the_diagnosis_and_old_nccl_is_named():
     assert c.status == FAIL
     assert c.diagnoses[0].id == "nccl-gdr-disabled"
     assert "GPU Direct RDMA Disabled for HCA 0 'mlx5_0'" in c.diagnoses[0].line
-    assert "NCCL 2.20.5 finds nvidia-peermem only under /sys/kernel/mm/memory_peers" in c.explain
+    assert ("NCCL 2.20.5 looks for a loaded peer-memory module only at "
+            "/sys/kernel/mm/memory_peers/nv_mem/version, "
+            "/sys/kernel/mm/memory_peers/nvidia-peermem/version; NCCL 2.23 and later look at "
+            "/sys/kernel/mm/memory_peers/nv_mem/version, "
+            "/sys/kernel/mm/memory_peers/nv_mem_nc/version, "
+            "/sys/module/nvidia_peermem/version.") in c.explain
+    # 2.22 looks at nv_mem_nc and no longer at nvidia-peermem (src/transport/net_ib.cc)
+    v22 = check("NCCL version 2.22.3+cuda12.4\n" + read("roce-hca-disabled_nccl-1537.txt"))
+    assert ("NCCL 2.22.3 looks for a loaded peer-memory module only at "
+            "/sys/kernel/mm/memory_peers/nv_mem/version, "
+            "/sys/kernel/mm/memory_peers/nv_mem_nc/version;") in v22.explain
     newer = check("NCCL version 2.23.4+cuda12.6\n" + read("roce-hca-disabled_nccl-1537.txt"))
     assert "memory_peers" not in newer.explain
     assert "nvidia-smi topo -m" not in newer.explain  # the HCA line said why

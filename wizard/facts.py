@@ -133,10 +133,11 @@ class Rdma:
     memlock_unlimited: bool = False
     peermem: bool = False  # a peer-memory module for GPUDirect RDMA is loaded (see gpudirect)
     # How NCCL can give the NIC GPU memory (GPUDirect RDMA), as NCCL checks it: the first of
-    # "nv_mem" | "nvidia-peermem" | "nv_mem_nc" | "nvidia_peermem" (peer-memory modules, by
-    # where NCCL finds them: hpcwizard.detect.rdma.PEER_MEMORY) | "dmabuf"; "" = none
-    # found (or not looked for: older facts)
+    # peer_memory, else "dmabuf"; "" = none found (or not looked for: older facts)
     gpudirect: str = ""
+    # the peer-memory version files present, by name (hpcwizard.peer_memory.FILES): which
+    # of them an NCCL finds depends on its version
+    peer_memory: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,9 @@ class Hosts:
     names: Tuple[str, ...]
     source: str  # where they came from, in words: "--hosts", "SLURM_JOB_NODELIST", ...
     slots: Tuple[int, ...] = ()  # per host, when the source said (hostfiles); else empty
+    # the platform's variable that says which of them this instance is (SKYPILOT_NODE_RANK,
+    # ...), read only for the hosts that platform named; "" for the others
+    rank_var: str = ""
 
     def to_dict(self) -> Dict[str, object]:
         return {"names": list(self.names), "source": self.source, "slots": list(self.slots)}

@@ -4,8 +4,8 @@ in BatchMode, with the job's key only.
 
 `default_peers(env, hostname)` answers, from the first of:
 
-1. the job's hosts the platform names (runtime.from_environment: HOSTS, hostfiles, Slurm,
-   Volcano, MASTER_ADDR/WORLD_SIZE), compacted: names that differ only in a number after a
+1. the job's hosts the platform names (runtime.from_environment: HOSTS, hostfiles, SkyPilot,
+   dstack, Volcengine MLP, Slurm, Volcano, MASTER_ADDR/WORLD_SIZE), compacted: names that differ only in a number after a
    separator share one pattern (`job-worker-0..15` -> `job-worker-*`), names with a number
    and no separator one `?` per digit (`node01..node16` -> `node??`), any other name as it is;
 2. this instance's own naming (`job-abc-worker-3` -> `job-abc-worker-*`, `node07` ->

@@ -13,12 +13,12 @@ from . import ops, vocab
 from .catalog import (Catalog, PackageNames, Preset, Recipe, StepSpec, shipped_package_names,
                       substitute)
 from .choices import Choices
-from .detect.rdma import NEW_NCCL, OLD_NCCL_SEES
 from .facts import Facts, OsInfo, Port, SshDir
 from .i18n import N_, _, pick, translations
 from .inputs import ascii_int
 from .job import Job
 from .render.mpirun import mpirun_args
+from .peer_memory import looks_for, paths, seen_since, sees
 from .peers import Peers, resolve_peers
 from .step import Step
 from .validate import BadInput, package_file_name
@@ -739,18 +739,23 @@ def roce_gid_index(facts: Facts) -> "tuple[Optional[int], str]":
 
 
 def unseen_peer_memory(facts: Facts) -> str:
-    """A plan warning when the peer-memory module found here is one the NCCL here does not
-    look for (hpcwizard.detect.rdma.PEER_MEMORY): NCCL before 2.23 then keeps GPUDirect RDMA
-    off although the module is loaded. "" when it sees it, or the NCCL is unknown."""
-    found, nccl = facts.rdma.gpudirect, facts.software.nccl_version
-    if (not found or found == "dmabuf" or found in OLD_NCCL_SEES or not nccl
-            or version_tuple(nccl)[:2] >= NEW_NCCL):
+    """A plan warning when the NCCL here looks for none of the peer-memory files present
+    (hpcwizard.peer_memory): it then keeps GPUDirect RDMA off although a module is loaded.
+    "" when it sees one, none is present, or the NCCL is unknown."""
+    rd, nccl = facts.rdma, facts.software.nccl_version
+    # facts recorded before peer_memory existed name only the first file found
+    present = rd.peer_memory or tuple(n for n in (rd.gpudirect,) if n and n != "dmabuf")
+    looked = looks_for(version_tuple(nccl))
+    if not present or not looked or sees(version_tuple(nccl), present):
         return ""
-    return _("NCCL {version} looks for the GPUDirect RDMA peer-memory module only under "
-             "/sys/kernel/mm/memory_peers (nv_mem, nvidia-peermem); the one loaded here is "
-             "found as {found}, which NCCL 2.23 and later see and this one does not: it will "
-             "keep GPUDirect RDMA off. Use NCCL 2.23 or later (a newer PyTorch).").format(
-        version=nccl, found=found)
+    text = _("NCCL {version} looks for the GPUDirect RDMA peer-memory module at {looked}; "
+             "the one loaded here is at {found}, which this NCCL does not check: it will keep "
+             "GPUDirect RDMA off.").format(version=nccl, looked=paths(looked),
+                                           found=paths(present))
+    since = seen_since(present)
+    if since:
+        text += " " + _("Use NCCL {since} or later (a newer PyTorch).").format(since=since)
+    return text
 
 
 def nccl_settings(facts: Facts, network: str) -> Tuple[Tuple[str, str], ...]:

@@ -107,6 +107,9 @@ MESSAGES = (
        "with --hosts or HOSTS"),
     N_("give --hosts or --hostfile, not both"),
     N_("{var}={value!r} is not 0..{last}"),
+    N_("{var}={value!r}, but {source} names {n} hosts"),
+    N_("{var}={value!r} is not the first host of {source} ({first})"),
+    N_("{file} names other hosts than {source}, or in another order"),
 )
 # values that are words of the library's, said in the user's language too
 _WORDS = {"kind": (N_("a directory"), N_("a FIFO"), N_("a character device"),
@@ -157,10 +160,12 @@ def discover(hosts: Optional[str] = None, hostfile: Optional[str] = None,
     fields = _fields(proc)
     source, count = fields[0], int(fields[1])
     names = tuple(fields[2:2 + count])
-    slots = tuple(int(s) for s in fields[3 + count:])
+    nslots = int(fields[2 + count])
+    slots = tuple(int(s) for s in fields[3 + count:3 + count + nslots])
+    rank_var = fields[3 + count + nslots]
     if not names:
         return None
-    return Hosts(names, source, slots)
+    return Hosts(names, source, slots, rank_var)
 
 
 def hosts_from_text(text: str, source: str) -> Hosts:
@@ -195,14 +200,17 @@ def platform_variables() -> Tuple[str, ...]:
     return tuple(_fields(proc))
 
 
-def rank_of(names: Sequence[str], env: Optional[Mapping[str, str]] = None) -> Optional[int]:
+def rank_of(names: Sequence[str], env: Optional[Mapping[str, str]] = None,
+            rank_var: str = "") -> Optional[int]:
     """Which of names this instance is, as the launch script decides it: NODE_RANK, else
-    PET_NODE_RANK (Kubeflow's: a TrainJob sets no NODE_RANK), else the host name, else an
+    PET_NODE_RANK (Kubeflow's: a TrainJob sets no NODE_RANK), else rank_var (Hosts.rank_var:
+    the rank variable of the platform that named them), else the host name, else an
     address; None when it is none of them. BadInput when the rank variable is set but is
     not one of the ranks."""
     if not names:
         return None
-    proc = _answer("rank", list(names), env)
+    args = ["--rank-var", rank_var] if rank_var else []
+    proc = _answer("rank", [*args, *names], env)
     if proc.returncode == 1:
         return None
     if proc.returncode != 0:

@@ -209,3 +209,80 @@ def test_verify_pytorch_runs_the_allreduce_through_the_launch_script(setup):
         ar = checks.get("cluster/torch-allreduce", {})
         assert ar.get("status") == "pass", show(proc)
         assert "gloo: sum 3" in ar["detail"]
+
+
+# Issue 30: the hosts as SkyPilot and dstack give them, IP lists one address a line, on
+# instances whose host names (node1, node2) are none of the addresses: the rank comes from
+# the platform's variable. apply runs with SkyPilot's list, so the SSH client settings go to
+# the job's addresses (10.78.0.*), as on a SkyPilot node.
+IPS = ("10.78.0.1", "10.78.0.2")
+
+
+@pytest.fixture(scope="module")
+def ip_setup(tmp_path_factory):
+    yield from applied(tmp_path_factory, {"SKYPILOT_NODE_IPS": "\n".join(IPS) + "\n"})
+
+
+def _mpi_program(c: VCluster) -> str:
+    src = c.tmp / "allreduce.c"
+    src.write_text(MPI_ALLREDUCE_C)
+    exe = c.tmp / "allreduce"
+    cc = subprocess.run(["mpicc", "-o", str(exe), str(src)], capture_output=True, text=True)
+    assert cc.returncode == 0, f"mpicc failed{show(cc)}"
+    return str(exe)
+
+
+def _run_on_both(c: VCluster, argv: list, env: dict, per_node: dict) -> tuple:
+    procs = {"node2": start(c, "node2", argv, dict(env, **per_node["node2"]))}
+    procs["node1"] = start(c, "node1", argv, dict(env, **per_node["node1"]))
+    res = finish(procs)
+    report = "".join(f"\n--- {n}: exit {rc}\n{so}\n{se}" for n, (rc, so, se) in res.items())
+    return res, report
+
+
+def test_launch_script_with_skypilots_ip_list(ip_setup):
+    """SKYPILOT_NODE_IPS as SkyPilot writes it (newline-separated, a newline at the end),
+    SKYPILOT_NODE_RANK per node: the launch script and verify name the same hosts in the
+    same order, and the MPI job runs across them."""
+    import json
+
+    env = dict(ip_setup["env"], SKYPILOT_NUM_NODES="2", WAIT_TRIES="6", WORKER_TIMEOUT="150")
+    with VCluster(2) as c:
+        start_nodes(c)
+        script = export(c, env, "mpi")
+        exe = _mpi_program(c)
+        res, report = _run_on_both(c, ["bash", script, "--", exe], env, {
+            "node1": {"SKYPILOT_NODE_RANK": "0"}, "node2": {"SKYPILOT_NODE_RANK": "1"}})
+        assert all(rc == 0 for rc, _, _ in res.values()), report
+        assert "HPCWIZARD-MPI size=2 sum=2" in res["node1"][1], report
+        assert ("hosts from SKYPILOT_NODE_IPS: 10.78.0.1 10.78.0.2 (this is 10.78.0.2, rank 1 "
+                "of 2)") in res["node2"][2], report
+        proc = c.run("node2", [wizard_exe(), "verify", "--framework", "mpi", "--network", "tcp",
+                               "--manual", "--json"], timeout=400, cwd="/",
+                     env=dict(env, SKYPILOT_NODE_RANK="1"))
+        data = json.loads(proc.stdout or "{}")
+        assert data.get("hosts", {}).get("names") == list(IPS), show(proc)
+        assert data["hosts"]["source"] == "SKYPILOT_NODE_IPS"
+        peer = {x["id"]: x for x in data["checks"]}.get("peer/10.78.0.1/resolve", {})
+        assert peer.get("status") == "pass", show(proc)
+
+
+def test_launch_script_with_dstacks_ip_list_and_hostfile(ip_setup):
+    """DSTACK_NODES_IPS, DSTACK_MASTER_NODE_IP, DSTACK_NODE_RANK and dstack's MPI hostfile
+    (2 slots a node): mpirun runs 4 ranks on the two instances, in dstack's order."""
+    env = {k: v for k, v in ip_setup["env"].items() if not k.startswith("SKYPILOT_")}
+    with VCluster(2) as c:
+        start_nodes(c)
+        script = export(c, env, "mpi")
+        exe = _mpi_program(c)
+        hostfile = c.tmp / "dstack-mpi-hostfile"
+        hostfile.write_text("".join(f"{ip} slots=2\n" for ip in IPS))
+        env.update(DSTACK_NODES_IPS="\n".join(IPS), DSTACK_MASTER_NODE_IP=IPS[0],
+                   DSTACK_NODES_NUM="2", DSTACK_MPI_HOSTFILE=str(hostfile), WAIT_TRIES="6",
+                   WORKER_TIMEOUT="150")
+        res, report = _run_on_both(c, ["bash", script, "--", exe], env, {
+            "node1": {"DSTACK_NODE_RANK": "0"}, "node2": {"DSTACK_NODE_RANK": "1"}})
+        assert all(rc == 0 for rc, _, _ in res.values()), report
+        assert "HPCWIZARD-MPI size=4 sum=4" in res["node1"][1], report
+        assert ("hosts from DSTACK_NODES_IPS (slots from DSTACK_MPI_HOSTFILE): 10.78.0.1 "
+                "10.78.0.2 (this is 10.78.0.1, rank 0 of 2)") in res["node1"][2], report

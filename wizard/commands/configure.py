@@ -265,10 +265,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
         # only when no source names any: the checks here only, said in the report. A source
         # set but unreadable is bad input naming it, never "here only".
         hosts = discover(args.hosts, args.hostfile, os.environ)
-        if hosts is not None and (os.environ.get("NODE_RANK") or os.environ.get("PET_NODE_RANK")):
-            # a NODE_RANK (or Kubeflow's PET_NODE_RANK) that is none of the ranks is bad
-            # input now, not after the checks
-            rank_of(hosts.names, os.environ)
+        if hosts is not None and any(os.environ.get(v) for v in (
+                "NODE_RANK", "PET_NODE_RANK", hosts.rank_var) if v):
+            # a NODE_RANK (or Kubeflow's PET_NODE_RANK, or the platform's own) that is none
+            # of the ranks is bad input now, not after the checks
+            rank_of(hosts.names, os.environ, hosts.rank_var)
     facts, plan = _plan(args, choices)
     report = verify(plan, facts, hosts, max_workers=jobs, bandwidth=args.bandwidth)
     if args.json:

@@ -19,22 +19,11 @@ from .base import Context, Found
 from .commands import IBV_DEVINFO
 from .gpu import _device_evidence as gpus_present, parse_proc_driver_version
 from ..notes import note
+from ..peer_memory import FILES as PEER_MEMORY_FILES
 
 SOFTWARE_PREFIXES = {"rxe": "rdma_rxe", "siw": "siw"}
 
-# GPUDirect RDMA through a peer-memory module: the files NCCL's ncclIbGdrSupport
-# (src/transport/net_ib.cc) checks. NCCL before 2.23 (the preset PyTorch image has 2.20.5)
-# looks for MLNX_OFED's nv_peer_mem and the driver's nvidia-peermem under
-# /sys/kernel/mm/memory_peers only; 2.23 and later for nv_mem, its non-coherent variant
-# nv_mem_nc and /sys/module/nvidia_peermem. Any of them found here is named (the first, in
-# this order); the plan says when the NCCL here cannot see the one found (OLD_NCCL_SEES).
-PEER_MEMORY = (("nv_mem", "sys/kernel/mm/memory_peers/nv_mem/version"),
-               ("nvidia-peermem", "sys/kernel/mm/memory_peers/nvidia-peermem/version"),
-               ("nv_mem_nc", "sys/kernel/mm/memory_peers/nv_mem_nc/version"),
-               ("nvidia_peermem", "sys/module/nvidia_peermem/version"))
-OLD_NCCL_SEES = ("nv_mem", "nvidia-peermem")
-NEW_NCCL = (2, 23)
-# DMA-BUF instead: the kernel registers DMA-BUF memory with the NIC from Linux 5.12
+# GPUDirect RDMA without a peer-memory module (those: hpcwizard.peer_memory), DMA-BUF: the kernel registers DMA-BUF memory with the NIC from Linux 5.12
 # (ibv_reg_dmabuf_mr; NCCL probes it with a dummy call), and CUDA exports GPU memory as
 # DMA-BUF from CUDA 11.7 (driver 515) with the open kernel module only (NCCL checks
 # CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, 0 with the proprietary one).
@@ -207,13 +196,16 @@ def read_dmabuf(ctx: Context) -> DmaBuf:
                   open_module=open_module)
 
 
-def gpudirect(ctx: Context, dmabuf: DmaBuf) -> str:
+def peer_memory(ctx: Context) -> Tuple[str, ...]:
+    """The peer-memory version files present here, of those some NCCL tests
+    (hpcwizard.peer_memory): which NCCL finds them is the plan's and verify's question."""
+    return tuple(f.name for f in PEER_MEMORY_FILES if ctx.exists(f.path))
+
+
+def gpudirect(present: Tuple[str, ...], dmabuf: DmaBuf) -> str:
     """The GPUDirect RDMA mechanism NCCL finds here: a peer-memory module first (its
     ncclIbGdrSupport), else DMA-BUF; "" for none."""
-    for name, path in PEER_MEMORY:
-        if ctx.exists(path):
-            return name
-    return "dmabuf" if dmabuf.supported else ""
+    return present[0] if present else "dmabuf" if dmabuf.supported else ""
 
 
 def read_hcas(ctx: Context) -> Tuple[Hca, ...]:
@@ -342,13 +334,14 @@ def probe(ctx: Context, found: Found) -> None:
     if not known and any(h.ports for h in hcas):
         found.note("rdma.memlock-unknown")
     dmabuf = read_dmabuf(ctx)
-    mechanism = gpudirect(ctx, dmabuf)
+    present = peer_memory(ctx)
     rdma = Rdma(
         uverbs=uverbs,
         memlock_kib=kib,
         memlock_unlimited=unlimited,
-        peermem=mechanism in dict(PEER_MEMORY),
-        gpudirect=mechanism,
+        peermem=bool(present),
+        gpudirect=gpudirect(present, dmabuf),
+        peer_memory=present,
     )
     for h in hcas:
         if h.software:

@@ -16,19 +16,14 @@ from typing import Iterable, List, Optional, Tuple
 from ..facts import Facts, Rdma
 from ..vocab import DEFAULT_SSH_PORT
 from ..i18n import _, ljust, width
+from ..peer_memory import FILES as PEER_MEMORY_FILES
 from .core import NO_COMMANDS_NOTE
 
 LABEL = 14  # label column width
 
 
-# What Rdma.gpudirect names, as NCCL finds it (wizard/detect/rdma.py).
-_GPUDIRECT = {
-    "nv_mem": "nv_peer_mem (/sys/kernel/mm/memory_peers/nv_mem)",
-    "nvidia-peermem": "nvidia-peermem (/sys/kernel/mm/memory_peers/nvidia-peermem)",
-    "nv_mem_nc": "nv_peer_mem (/sys/kernel/mm/memory_peers/nv_mem_nc)",
-    "nvidia_peermem": "nvidia_peermem (/sys/module/nvidia_peermem)",
-    "dmabuf": "DMA-BUF",
-}
+# What Rdma.gpudirect names, as NCCL finds it (hpcwizard.peer_memory).
+_GPUDIRECT = {**{f.name: f.shown for f in PEER_MEMORY_FILES}, "dmabuf": "DMA-BUF"}
 
 
 def gpudirect_text(rd: Rdma) -> str:

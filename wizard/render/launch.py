@@ -45,11 +45,17 @@ PyTorch: PROGRAM is python [-u] SCRIPT, python [-u] -m MODULE, SCRIPT.py, or ano
   program (torchrun --no-python); the interpreter's other options are refused.
 Hosts, the first source that names any: --hosts, --hostfile, HOSTS, HOSTFILE,
   OMPI_MCA_orte_default_hostfile, OMPI_MCA_prte_default_hostfile,
-  PRTE_MCA_prte_default_hostfile, SLURM_JOB_NODELIST, SLURM_NODELIST, VC_*_HOSTS,
-  MASTER_ADDR (or PET_MASTER_ADDR) with PET_NNODES, or with WORLD_SIZE divided by
-  PET_NPROC_PER_NODE (Kubeflow: a PyTorchJob's WORLD_SIZE counts processes, PET_NNODES
-  nodes; PET_NNODES alone, or an elastic MIN:MAX, names no hosts). Items may be patterns:
-  job-{0..3}, node[01-03,07].
+  PRTE_MCA_prte_default_hostfile, SKYPILOT_NODE_IPS, DSTACK_NODES_IPS (slots from
+  DSTACK_MPI_HOSTFILE), MLP_WORKER_ALL_HOSTS, SLURM_JOB_NODELIST, SLURM_NODELIST,
+  VC_*_HOSTS (Volcano, ModelArts), MASTER_ADDR (or PET_MASTER_ADDR) with PET_NNODES, or
+  with WORLD_SIZE divided by PET_NPROC_PER_NODE (Kubeflow: a PyTorchJob's WORLD_SIZE
+  counts processes, PET_NNODES nodes; PET_NNODES alone, or an elastic MIN:MAX, names no
+  hosts; PAI-DLC: WORLD_SIZE counts nodes). Items may be patterns: job-{0..3},
+  node[01-03,07]; the platforms' IP lists are taken as they are.
+Rank: NODE_RANK, else PET_NODE_RANK, else the rank variable of the platform that named
+  the hosts (SKYPILOT_NODE_RANK, DSTACK_NODE_RANK, MLP_ROLE_INDEX of a WORKER,
+  VC_TASK_INDEX of a single Volcano task, RANK where WORLD_SIZE counts nodes and
+  LOCAL_RANK is unset), else this host's name, else its address.
 Settings (environment): WAIT_TRIES (peer waits, default 10), SLOTS (ranks per host;
   default: a hostfile's slots=, else 1), NP (total ranks; default: the slots'), NODE_RANK (this host's index; else PET_NODE_RANK),
   MASTER_ADDR (torchrun's rendezvous host; else PET_MASTER_ADDR, else the first host),
@@ -101,8 +107,9 @@ NAMES=("${HW_RT_NAMES[@]}")
 SOURCE=$HW_RT_SOURCE
 N=${#NAMES[@]}
 FIRST=${NAMES[0]}
-# Which of the names is this instance: NODE_RANK, else PET_NODE_RANK, else the host name,
-# else an address.
+# Which of the names is this instance: NODE_RANK, else PET_NODE_RANK, else the rank
+# variable of the platform that named them (HW_RT_RANK_VAR), else the host name, else an
+# address.
 hw_rt_rank "${NAMES[@]}" || die "$HW_RT_ERROR"
 RANK=$HW_RT_RANK
 ME=${NAMES[$RANK]}
@@ -136,7 +143,7 @@ DONE="$RUN_DIR/done.$ME"
 if [ "$RANK" -ne 0 ]; then rm -f "$DONE"; fi
 hw_rt_sshd "$PORT" || die "$HW_RT_ERROR"
 for h in "${NAMES[@]}"; do
-  if [ "$h" != "$ME" ]; then hw_rt_wait "$h" "$WAIT_TRIES" "$PORT" || die "$h is not reachable on port $PORT"; fi
+  if [ "$h" != "$ME" ]; then hw_rt_wait "$h" "$WAIT_TRIES" "$PORT" || die "$HW_RT_ERROR"; fi
 done
 
 HOSTFILE_OUT="$RUN_DIR/hostfile.$ME"
@@ -276,7 +283,7 @@ for v in PET_MASTER_PORT MASTER_PORT; do
   if [ -n "$HW_RT_VALUE" ]; then MPORT=$HW_RT_VALUE; fi
 done
 for h in "${NAMES[@]}"; do
-  if [ "$h" != "$ME" ]; then hw_rt_wait "$h" "$WAIT_TRIES" || die "the name $h does not resolve"; fi
+  if [ "$h" != "$ME" ]; then hw_rt_wait "$h" "$WAIT_TRIES" || die "$HW_RT_ERROR"; fi
 done
 NPROC=${NPROC_PER_NODE:-} NPROC_FROM=NPROC_PER_NODE
 if [ -z "$NPROC" ] && [ -n "${PET_NPROC_PER_NODE:-}" ]; then

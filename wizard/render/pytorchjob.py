@@ -92,7 +92,7 @@ RUNTIME_NODE = "node"
 
 
 def _node_patch(job: Job) -> Dict[str, Any]:
-    """A runtimePatches entry (Trainer v2.3) giving the runtime's node container what the
+    """A runtimePatches entry (Trainer v2.2 and later) giving the runtime's node container what the
     PyTorchJob's container gets: the job user's uid, IPC_LOCK (RDMA), /dev/shm in memory."""
     c: Dict[str, Any] = {"name": RUNTIME_NODE}
     ctx = security(job, runs_ranks=True)

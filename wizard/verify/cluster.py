@@ -20,6 +20,7 @@ from ..detect.software import parse_mpirun_version
 from ..facts import Software
 from ..i18n import _
 from ..inputs import ascii_int
+from ..peer_memory import NEWEST, looks_for, paths, release
 from ..render.mpirun import iface_args, mpirun_args
 from ..runtime import hostfile_text
 from . import bandwidth as BW
@@ -307,10 +308,12 @@ def check_nccl_transport(ctx: Ctx, host: str = "") -> Check:
     plain = _("The NIC cannot read GPU memory: load nvidia-peermem on the host (lsmod | grep "
               "peermem), or use DMA-BUF (Linux 5.12 or later with NVIDIA's open kernel "
               "modules).")
-    if found.version_tuple and found.version_tuple < (2, 23):
-        plain += " " + _("NCCL {version} finds nvidia-peermem only under "
-                         "/sys/kernel/mm/memory_peers; NCCL 2.23 and later also find "
-                         "/sys/module/nvidia_peermem.").format(version=found.version)
+    looked = looks_for(found.version_tuple)
+    if looked and looked != NEWEST.names:
+        plain += " " + _("NCCL {version} looks for a loaded peer-memory module only at "
+                         "{looked}; NCCL {newest} and later look at {paths}.").format(
+            version=found.version, looked=paths(looked), newest=release(NEWEST),
+            paths=paths(NEWEST.names))
     if not (found.gdr_disabled_hcas or found.gdr_enabled_hcas):
         # The HCA and distance lines are NCCL_NET's: without them the log cannot tell a
         # missing module from NCCL's own choice for a GPU far from the NIC.

@@ -67,7 +67,8 @@ class Ctx:
     def rank(self) -> Optional[int]:
         """Which of the job's hosts this instance is (asked once per verification)."""
         if self._rank is None:
-            self._rank = (self.sys.rank(self.names) if self.names else None,)
+            self._rank = (self.sys.rank(self.names, self.hosts.rank_var)
+                          if self.hosts is not None and self.names else None,)
         return self._rank[0]
 
     def here_name(self) -> str:

@@ -92,10 +92,15 @@ class TcpConnect(Probe):
 
 @dataclass(frozen=True)
 class Resolve(Probe):
-    """host's address, as the job sees names (/etc/hosts and DNS)."""
+    """host's address, as the job sees names (/etc/hosts and DNS). An address (the IP lists
+    of SkyPilot, dstack, the ML platforms) is asked of ahosts: `getent hosts ADDRESS` looks
+    it up in reverse and fails where nothing names it, as runtime.sh's _hw_rt_lookup says."""
     host: str
 
     def argv(self) -> Tuple[str, ...]:
+        parts = self.host.split(".")
+        if len(parts) == 4 and all(p.isascii() and p.isdigit() and len(p) <= 3 for p in parts):
+            return ("getent", "ahosts", self.host)
         return ("getent", "hosts", self.host)
 
 

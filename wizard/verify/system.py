@@ -48,10 +48,11 @@ class System:
 
         return pwd.getpwuid(os.getuid()).pw_name
 
-    def rank(self, names: Sequence[str]) -> Optional[int]:
+    def rank(self, names: Sequence[str], rank_var: str = "") -> Optional[int]:
         """Which of names is this instance (its index), as the launch script decides it:
-        NODE_RANK, else the host name, else an address; None when none is."""
-        return rank_of(list(names))
+        NODE_RANK, else the platform's rank variable (rank_var), else the host name, else
+        an address; None when none is."""
+        return rank_of(list(names), rank_var=rank_var)
 
     def ask(self, probe: Probe) -> Ran:
         return self.run(probe.argv(), probe.timeout, probe.env(), probe.stdin(),
