@@ -55,3 +55,30 @@ class Job:
         """An image is built FROM the preset: asked for, or recommended in auto mode."""
         return bool(self.preset_image) and (
             self.mode == "preset" or (self.mode == "auto" and self.recommended == "preset"))
+
+
+@dataclass(frozen=True)
+class EnvForward:
+    """Which of the launching shell's variables mpirun gives every rank (-x NAME, for each
+    one set there): the user's environment (a venv, conda, the thread counts) beside the
+    plan's, since non-interactive ssh reads no profile on the other instances."""
+    names: Tuple[str, ...]
+    prefixes: Tuple[str, ...]
+    variable: str  # the launch script's variable that names more, separated by blanks or commas
+
+    def listed(self) -> str:
+        """The names and prefixes: 'PATH, ..., OMP_*, MKL_*'."""
+        return ", ".join([*self.names, *(p + "*" for p in self.prefixes)])
+
+    def rule(self) -> str:
+        """The rule in one line, as the launch script's usage and the docs state it."""
+        return (f"{self.listed()}, the plan's NCCL_*/UCX_*, and the names in {self.variable}, "
+                "each one set where the script runs")
+
+
+# The one rule of the job's environment (hpcwizard.render.launch writes it in).
+FORWARD = EnvForward(
+    names=("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX"),
+    prefixes=("OMP_", "MKL_"),
+    variable="FORWARD_ENV",
+)

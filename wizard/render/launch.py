@@ -20,11 +20,12 @@ mpirun keeps to (`ip route get` of the second host's address: its `dev`).
 from __future__ import annotations
 
 import shlex
+import textwrap
 from typing import List
 
 from .. import __version__, ops, runtime
 from ..i18n import _, comment
-from ..job import Job
+from ..job import FORWARD, Job
 from ..vocab import EXPORT_FILE_NAMES
 from .mpirun import (IFACE_ARGS_4, IFACE_ARGS_5, NO_CMA_ENV, OMPI_VERSION_SH, mpirun_args,
                      no_cma_args)
@@ -65,6 +66,7 @@ Settings (environment): WAIT_TRIES (peer waits, default 10), SLOTS (ranks per ho
   0: no limit), TCP_IFACE (mpirun: the interface for MPI's TCP traffic, a name or a
   subnet such as 10.0.0.0/24; default: the interface the route to the second host goes
   through).
+__FORWARD_USAGE__
 USAGE
 }
 
@@ -125,6 +127,17 @@ NP=$HW_RT_NP
 # before sshd starts or a peer is waited for.
 hw_rt_iface TCP_IFACE "${TCP_IFACE:-}" || die "$HW_RT_ERROR"
 TCP_IFACE=$HW_RT_VALUE
+# FORWARD_ENV: more names for every rank, separated by blanks or commas; each checked here,
+# before sshd starts or a peer is waited for (mpirun -x takes NAME or NAME=VALUE).
+FORWARD_MORE=()
+v=${FORWARD_ENV:-}
+IFS=$' \t\n' read -r -d '' -a FORWARD_MORE <<< "${v//,/ }" || true
+for v in ${FORWARD_MORE[@]+"${FORWARD_MORE[@]}"}; do
+  if ! [[ $v =~ ^[ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_][ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_]*$ ]]; then
+    printf -v v '%q' "$v"
+    die "FORWARD_ENV: $v is not a variable name (letters, digits and _, not first a digit)"
+  fi
+done
 DONE="$RUN_DIR/done.$ME"
 # A worker clears an earlier run's end-of-job marker before its sshd can let the master in:
 # the master may run a short job and write this run's marker during the peer waits below.
@@ -156,8 +169,27 @@ fi
 
 ROOT_ARGS=()
 if [ "$(id -u)" -eq 0 ]; then ROOT_ARGS=(--allow-run-as-root); fi
+# The job's environment on every rank (the rule above FORWARD_NAMES): each name set here,
+# once. Non-interactive ssh on the other instances reads no profile: without -x a rank there
+# runs another python, or misses OMP_NUM_THREADS.
+declare -A SET_HERE=()
+mapfile -t EXPORTED < <(compgen -e)
+for v in "${EXPORTED[@]}"; do SET_HERE[$v]=1; done
+FORWARD=()
+forward() {
+  if [ -n "${SET_HERE[$1]:-}" ] && [[ " ${FORWARD[*]-} " != *" $1 "* ]]; then FORWARD+=("$1"); fi
+}
+for v in ${LAUNCH_ENV[@]+"${LAUNCH_ENV[@]}"} "${FORWARD_NAMES[@]}"; do forward "$v"; done
+for v in "${EXPORTED[@]}"; do
+  for p in "${FORWARD_PREFIXES[@]}"; do
+    if [[ $v == "$p"* ]]; then forward "$v"; fi
+  done
+done
+for v in ${FORWARD_MORE[@]+"${FORWARD_MORE[@]}"}; do
+  if [ -n "${SET_HERE[$v]:-}" ]; then forward "$v"; else log "FORWARD_ENV names $v, which is not set here: not forwarded"; fi
+done
 X_ARGS=()
-for v in "${LAUNCH_ENV[@]}"; do X_ARGS+=(-x "$v"); done
+for v in ${FORWARD[@]+"${FORWARD[@]}"}; do X_ARGS+=(-x "$v"); done
 
 # MPI's TCP traffic on the interface that reaches the peers, not on every one (docker0, a
 # second NIC that does not route there): the route to the first peer names it.
@@ -209,11 +241,37 @@ if [ -n "$IFACE" ]; then  # MPI's TCP, then the runtime's: each flag, its name, 
   IFACE_ARGS=("${IF_NAMES[0]}" "${IF_NAMES[1]}" "$IFACE" "${IF_NAMES[2]}" "${IF_NAMES[3]}" "$IFACE")
 fi
 
+# An Open MPI outside /usr/bin (a pip wheel in a venv, HPC-X, an environment module): the
+# other instances' non-interactive ssh does not find its orted/prted on PATH. --prefix (Open
+# MPI 4 and 5; another MPI has no such option) names the installation: the same path on
+# every instance.
+PREFIX_ARGS=()
+MPIRUN_AT=$(command -v mpirun 2>/dev/null) || MPIRUN_AT=""
+if [ -n "$MPIRUN_AT" ] && [ -n "$OMPI_VERSION" ]; then
+  MPIRUN_AT=$(readlink -f -- "$MPIRUN_AT" 2>/dev/null || printf '%s' "$MPIRUN_AT")
+  bindir=${MPIRUN_AT%/*}
+  case $bindir in
+    /usr/bin|/bin|'') ;;
+    */bin)
+      PREFIX_ARGS=(--prefix "${bindir%/bin}")
+      printf -v v '%q' "${bindir%/bin}"
+      log "mpirun at $(printf '%q' "$MPIRUN_AT"): --prefix $v, so that the other instances find its orted/prted" ;;
+    *) log "mpirun at $(printf '%q' "$MPIRUN_AT"), not in a bin directory: no --prefix; its orted/prted must be on the other instances' PATH" ;;
+  esac
+fi
+
+# Every name a rank gets (mpirun -x): MPIRUN_ARGS' own, then the rule's.
+GIVEN=() prev=""
+for v in ${MPIRUN_ARGS[@]+"${MPIRUN_ARGS[@]}"} ${X_ARGS[@]+"${X_ARGS[@]}"}; do
+  if [ "$prev" = -x ]; then GIVEN+=("$v"); fi
+  prev=$v
+done
+log "to every rank (mpirun -x): ${GIVEN[*]-}"
 # The program as the shell would read it back: its quoting kept, control characters escaped.
 printf -v SHOWN ' %q' "$@"
 log "mpirun${OMPI_VERSION:+ (Open MPI $OMPI_VERSION)} -np $NP on ${NAMES[*]}:$SHOWN"
 set +e
-mpirun --hostfile "$HOSTFILE_OUT" -np "$NP" ${ROOT_ARGS[@]+"${ROOT_ARGS[@]}"} \
+mpirun ${PREFIX_ARGS[@]+"${PREFIX_ARGS[@]}"} --hostfile "$HOSTFILE_OUT" -np "$NP" ${ROOT_ARGS[@]+"${ROOT_ARGS[@]}"} \
   ${MPIRUN_ARGS[@]+"${MPIRUN_ARGS[@]}"} ${IFACE_ARGS[@]+"${IFACE_ARGS[@]}"} \
   ${X_ARGS[@]+"${X_ARGS[@]}"} "$@"
 rc=$?
@@ -330,8 +388,44 @@ def _runtime_text() -> str:
     return "\n".join(lines).strip("\n")
 
 
+<<<<<<< HEAD
 def _words(args: List[str]) -> str:
     return " ".join(shlex.quote(a) for a in args)
+=======
+def _forward_lines(job: Job) -> List[str]:
+    """The job's environment on every rank, as the script's data (hpcwizard.job.FORWARD):
+    mpirun -x of each name set where the script runs; torchrun's instances each run the
+    script in their own environment."""
+    if not job.mpi:
+        return [comment(_("The job's environment: torchrun starts every process of this "
+                          "instance from this script's\nenvironment. Each instance runs the "
+                          "script in its own: activate the same venv (or conda\nenvironment) "
+                          "and set OMP_NUM_THREADS and the like on every instance."))]
+    return [
+        comment(_("The job's environment on every rank (mpirun -x, each name set where this "
+                  "script runs):\n{names},\nthe plan's NCCL_*/UCX_*, and the names in {var} "
+                  "(blanks or commas between them,\ne.g. {var}=\"HF_HOME WANDB_MODE\"). An "
+                  "Open MPI outside /usr/bin gets --prefix from the\nmpirun on PATH, so that "
+                  "the other instances find its orted/prted.").format(
+                      names=FORWARD.listed(), var=FORWARD.variable)),
+        "FORWARD_NAMES=(" + " ".join(n for n in FORWARD.names if n not in job.passed) + ")",
+        "FORWARD_PREFIXES=(" + " ".join(FORWARD.prefixes) + ")",
+    ]
+
+
+def _forward_usage(job: Job) -> str:
+    """The usage's lines on the job's environment (English, as the rest of the usage)."""
+    if not job.mpi:
+        text = ("The job's environment: torchrun's processes here inherit this script's; each "
+                "instance runs the script in its own, so activate the same venv and set "
+                "OMP_NUM_THREADS and the like on every instance.")
+    else:
+        text = (f"The job's environment on every rank (mpirun -x): {FORWARD.rule()} "
+                f"(e.g. {FORWARD.variable}=\"HF_HOME WANDB_MODE\"). An Open MPI outside "
+                "/usr/bin gets --prefix from the mpirun on PATH, so that the other instances "
+                "find its orted/prted.")
+    return textwrap.fill(text, width=90, subsequent_indent="  ")
+>>>>>>> envfwd
 
 
 def render(job: Job) -> str:
@@ -373,6 +467,7 @@ def render(job: Job) -> str:
     if job.mpi:
         out.append("MPIRUN_ARGS_5=(" + " ".join(
             shlex.quote(a) for a in mpirun_args(job, 5)) + ")")
+    out += _forward_lines(job)
     out.append(_BODY.strip("\n").replace("__OPS_FUNCTIONS__", ops.functions(
         "_hw_say", "_hw_is_sshd", "_hw_sshd_pid", "_hw_sshd_exec")).replace(
         "__RUNTIME__", _runtime_text()))
@@ -385,7 +480,7 @@ def render(job: Job) -> str:
                .replace("__NO_CMA_UCX_TLS__", shlex.quote(NO_CMA_ENV["UCX_TLS"]))
                .replace("__TORCH_PROGRAM_SH__", TORCH_PROGRAM_SH))
     out.append("")
-    text = "\n".join(out)
+    text = "\n".join(out).replace("__FORWARD_USAGE__", _forward_usage(job))
     if not job.mpi:  # torchrun needs neither the mpirun settings nor sshd
         text = text.replace("LAUNCH_ENV=(", "# shellcheck disable=SC2034\nLAUNCH_ENV=(", 1)
         text = text.replace("MPIRUN_ARGS=(", "# shellcheck disable=SC2034\nMPIRUN_ARGS=(", 1)
