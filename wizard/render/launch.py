@@ -388,10 +388,10 @@ def _runtime_text() -> str:
     return "\n".join(lines).strip("\n")
 
 
-<<<<<<< HEAD
 def _words(args: List[str]) -> str:
     return " ".join(shlex.quote(a) for a in args)
-=======
+
+
 def _forward_lines(job: Job) -> List[str]:
     """The job's environment on every rank, as the script's data (hpcwizard.job.FORWARD):
     mpirun -x of each name set where the script runs; torchrun's instances each run the
@@ -425,7 +425,6 @@ def _forward_usage(job: Job) -> str:
                 "/usr/bin gets --prefix from the mpirun on PATH, so that the other instances "
                 "find its orted/prted.")
     return textwrap.fill(text, width=90, subsequent_indent="  ")
->>>>>>> envfwd
 
 
 def render(job: Job) -> str:
