@@ -16,7 +16,7 @@ from typing import Callable, List, Optional, Protocol, Sequence, Tuple
 
 from . import ops, proc
 from .detect.user import fallback_name
-from .diagnose import Diagnosis, diagnose
+from .diagnose import Diagnosis, diagnose_step
 from .record import Record, now
 from .step import RecordStep, Step
 
@@ -291,10 +291,7 @@ def _apply_steps(record: Record, runner: Runner, sink: Sink, ahead: _ChecksAhead
             sink(RunFinished("interrupted", str(record.path)))
             return "interrupted"
         if code != 0:
-            # apply's own signatures first: a job's (a name that does not resolve) would
-            # misread apt's "Could not resolve 'mirror'" as the instances' names
-            tail = _tail(output)
-            found = diagnose(tail, scope="") or diagnose(tail, scope="job")
+            found = diagnose_step(_tail(output))
             _finish(record, sink, i, step, "failed", code, started, found)
             record.set_status("failed")
             sink(RunFinished("failed", str(record.path)))

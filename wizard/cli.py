@@ -137,6 +137,10 @@ def _verify_args(v: argparse.ArgumentParser) -> None:
 def _diagnose_args(dg: argparse.ArgumentParser) -> None:
     dg.add_argument("logfile", help=_("the log file ('-' for standard input)"))
     dg.add_argument("--json", action="store_true")
+    dg.add_argument("--scope", choices=("job", "apply"), default=None, help=_(
+        "read it as a job's log (only a job's failures) or as hpcwizard apply's output "
+        "(apply's failures first); default: apply for hpcwizard's own apply log, job for "
+        "any other"))
 
 
 # Each command: its line in --help, and what adds its arguments.
@@ -148,8 +152,9 @@ SUBCOMMANDS = {
     "undo": (N_("take back what a record says was done"), _record_args),
     "replay": (N_("apply a record's choices on this machine"), _record_args),
     "verify": (N_("check SSH, names, MPI/PyTorch here and across instances"), _verify_args),
-    "diagnose": (N_("explain the known failures in an ssh/mpirun/UCX/NCCL log (exit 0: found, "
-                    "1: nothing recognised, 2: unreadable)"), _diagnose_args),
+    "diagnose": (N_("explain the known failures in a job's log (ssh, mpirun, UCX, NCCL, PyTorch, "
+                    "Slurm) or in apply's (exit 0: found, 1: nothing recognised, 2: "
+                    "unreadable)"), _diagnose_args),
 }
 
 

@@ -283,7 +283,8 @@ def test_packages_step_mid_apt(sig: str, runs: Runs, packages_missing: None) -> 
                              capture_output=True, text=True)
         said = sim.stdout + sim.stderr
         if "dpkg was interrupted" in said:
-            diag = subprocess.run([wizard_exe(), "diagnose", "-"], input=said,
+            diag = subprocess.run([wizard_exe(), "diagnose", "--scope", "apply", "-"],
+                                  input=said,
                                   capture_output=True, text=True)
             assert diag.returncode == 0 and "[apt-lock]" in diag.stdout, show(diag)
     proc2, rec2 = runs.apply()
