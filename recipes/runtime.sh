@@ -18,6 +18,7 @@
 #   hw_rt_route_dev HOST                             -> HW_RT_DEV (the route's interface)
 #   hw_rt_roce_gid HCA PORT                          -> HW_RT_GID (RoCE v2, IPv4)
 #   hw_rt_cma                                        -> HW_RT_CMA (Linux CMA: yes|no|unknown)
+#   hw_rt_forward_args NAMES PREFIXES MORE VERSION   -> HW_RT_FORWARD, HW_RT_PREFIX (mpirun)
 #
 # A function that fails returns non-zero with one line in HW_RT_ERROR, which the caller says
 # (the launch script's die; Python's BadInput, in the user's language, from
@@ -1018,6 +1019,56 @@ hw_rt_cma() {
     3) HW_RT_CMA=no ;;
   esac
   HW_RT_CMA_WHY="CAP_SYS_PTRACE ${cap:-unknown}, Yama ptrace_scope ${scope:-none}"
+}
+
+# hw_rt_forward_args NAMES PREFIXES MORE VERSION: the job's environment for mpirun, the one
+# rule the launch script and verify both use (hpcwizard.job.FORWARD is its data). NAMES,
+# PREFIXES and MORE are words between blanks: the names to pass, the prefixes (OMP_) of
+# more, and the user's own (FORWARD_ENV, checked as names by the caller); VERSION is what
+# `mpirun --version` said of Open MPI ("": another MPI, or none). ->
+#   HW_RT_FORWARD     each name exported here, once: NAMES, then those with a prefix, then MORE
+#   HW_RT_UNSET       MORE's names not set here (not passed: mpirun -x warns of them)
+#   HW_RT_MPIRUN_AT   the mpirun on PATH, links followed ("" when none)
+#   HW_RT_PREFIX      its installation when it is Open MPI outside /usr/bin, for --prefix:
+#                     non-interactive ssh on the other instances does not find its orted/prted
+#   HW_RT_PREFIX_WHY  prefix, not-bin (mpirun outside a bin directory: no --prefix) or ""
+# shellcheck disable=SC2034  # the caller reads the results
+hw_rt_forward_args() {
+  local v p bindir
+  local -a names=() prefixes=() more=() exported=()
+  local -A set_here=()
+  read -r -a names <<< "${1:-}" || true
+  read -r -a prefixes <<< "${2:-}" || true
+  read -r -a more <<< "${3:-}" || true
+  HW_RT_FORWARD=() HW_RT_UNSET=() HW_RT_MPIRUN_AT='' HW_RT_PREFIX='' HW_RT_PREFIX_WHY=''
+  mapfile -t exported < <(compgen -e)
+  for v in ${exported[@]+"${exported[@]}"}; do set_here[$v]=1; done
+  for v in ${names[@]+"${names[@]}"}; do _hw_rt_forward "$v"; done
+  for v in ${exported[@]+"${exported[@]}"}; do
+    for p in ${prefixes[@]+"${prefixes[@]}"}; do
+      if [[ $v == "$p"* ]]; then _hw_rt_forward "$v"; fi
+    done
+  done
+  for v in ${more[@]+"${more[@]}"}; do
+    if [ -n "${set_here[$v]:-}" ]; then _hw_rt_forward "$v"; else HW_RT_UNSET+=("$v"); fi
+  done
+  HW_RT_MPIRUN_AT=$(command -v mpirun 2>/dev/null) || HW_RT_MPIRUN_AT=''
+  if [ -z "$HW_RT_MPIRUN_AT" ]; then return 0; fi
+  HW_RT_MPIRUN_AT=$(readlink -f -- "$HW_RT_MPIRUN_AT" 2>/dev/null || printf '%s' "$HW_RT_MPIRUN_AT")
+  if [ -z "${4:-}" ]; then return 0; fi  # --prefix is Open MPI's
+  bindir=${HW_RT_MPIRUN_AT%/*}
+  case $bindir in
+    /usr/bin|/bin|'') ;;
+    */bin) HW_RT_PREFIX=${bindir%/bin} HW_RT_PREFIX_WHY=prefix ;;
+    *) HW_RT_PREFIX_WHY=not-bin ;;
+  esac
+}
+
+# shellcheck disable=SC2317,SC2329  # hw_rt_forward_args'
+_hw_rt_forward() {  # NAME: into HW_RT_FORWARD when set here (set_here) and not there yet
+  if [ -n "${set_here[$1]:-}" ] && [[ " ${HW_RT_FORWARD[*]-} " != *" $1 "* ]]; then
+    HW_RT_FORWARD+=("$1")
+  fi
 }
 
 # hw_rt_answer discover|rank ARG...: the answers of hw_rt_discover or hw_rt_rank for a

@@ -135,3 +135,19 @@ def test_the_docs_state_the_rule():
     flat = " ".join(launch.replace("`", "").split())
     assert FORWARD.listed() in flat and FORWARD.variable in flat and "--prefix" in flat
     assert "torchrun" in flat and "its own environment" in flat
+
+
+def test_forward_env_for_torchrun_says_it_is_not_used(tmp_path):
+    """torchrun's instances each run the script in their own environment: a FORWARD_ENV
+    there is said to be unused, once, and the job still starts."""
+    fk = _fakes(tmp_path, "node01", HOSTS)
+    env = {**fk["env"], "HOSTS": "node01,node02", "FORWARD_ENV": "HF_HOME"}
+    r = _run(tmp_path, launch_script(plan("pytorch", "tcp")), env, ["--", "./run.sh"])
+    assert r.returncode == 0, r.stderr
+    said = [ln for ln in r.stderr.splitlines() if "FORWARD_ENV" in ln]
+    assert said == ["launch[node01]: FORWARD_ENV is not used: torchrun instances each run "
+                    "this script in their own environment"], r.stderr
+    assert "torchrun " in fk["log"].read_text()
+    r = _run(tmp_path, launch_script(plan("pytorch", "tcp")), {**env, "FORWARD_ENV": ""},
+             ["--", "./run.sh"])
+    assert r.returncode == 0 and "FORWARD_ENV" not in r.stderr, r.stderr

@@ -44,7 +44,10 @@ def test_done_verifies_across_three_instances_for_real(setup, tmp_path):
     with VCluster(3) as c:
         start_nodes(c)
         try:
+            # the system's python3 and Open MPI on PATH (not the test's venv): nothing of the
+            # user's environment for cluster/user-env to prove, so the counts below are these
             command = (f"env HOSTS=node1,node2,node3 HPCWIZARD_STATE_DIR={state} "
+                       f"PATH=/usr/sbin:/usr/bin:/sbin:/bin "
                        f"{wizard_exe()}; echo HPCWIZARD-EXIT=$?; sleep 120")
             subprocess.run(c.argv("node1", ["tmux", "-L", t.socket, "new-session", "-d", "-s",
                                             t.session, "-x", "120", "-y", "40", "-c", "/",

@@ -169,28 +169,6 @@ fi
 
 ROOT_ARGS=()
 if [ "$(id -u)" -eq 0 ]; then ROOT_ARGS=(--allow-run-as-root); fi
-# The job's environment on every rank (the rule above FORWARD_NAMES): each name set here,
-# once. Non-interactive ssh on the other instances reads no profile: without -x a rank there
-# runs another python, or misses OMP_NUM_THREADS.
-declare -A SET_HERE=()
-mapfile -t EXPORTED < <(compgen -e)
-for v in "${EXPORTED[@]}"; do SET_HERE[$v]=1; done
-FORWARD=()
-forward() {
-  if [ -n "${SET_HERE[$1]:-}" ] && [[ " ${FORWARD[*]-} " != *" $1 "* ]]; then FORWARD+=("$1"); fi
-}
-for v in ${LAUNCH_ENV[@]+"${LAUNCH_ENV[@]}"} "${FORWARD_NAMES[@]}"; do forward "$v"; done
-for v in "${EXPORTED[@]}"; do
-  for p in "${FORWARD_PREFIXES[@]}"; do
-    if [[ $v == "$p"* ]]; then forward "$v"; fi
-  done
-done
-for v in ${FORWARD_MORE[@]+"${FORWARD_MORE[@]}"}; do
-  if [ -n "${SET_HERE[$v]:-}" ]; then forward "$v"; else log "FORWARD_ENV names $v, which is not set here: not forwarded"; fi
-done
-X_ARGS=()
-for v in ${FORWARD[@]+"${FORWARD[@]}"}; do X_ARGS+=(-x "$v"); done
-
 # MPI's TCP traffic on the interface that reaches the peers, not on every one (docker0, a
 # second NIC that does not route there): the route to the first peer names it.
 IFACE=""
@@ -220,6 +198,26 @@ if [[ $OMPI_MAJOR =~ ^[0-9]+$ ]] && [ "$OMPI_MAJOR" -ge 5 ]; then
 else
   IF_NAMES=(__IFACE_ARGS_4__)
 fi
+# The job's environment on every rank (the rule above FORWARD_NAMES), each name set here
+# once, and an Open MPI outside /usr/bin (a pip wheel in a venv, HPC-X, an environment
+# module) with --prefix: non-interactive ssh on the other instances reads no profile, so
+# without them a rank there runs another python, misses OMP_NUM_THREADS, or finds no
+# orted/prted. hw_rt_forward_args is the rule, the one verify runs too.
+hw_rt_forward_args "${LAUNCH_ENV[*]-} ${FORWARD_NAMES[*]}" "${FORWARD_PREFIXES[*]}" \
+  "${FORWARD_MORE[*]-}" "$OMPI_VERSION"
+for v in ${HW_RT_UNSET[@]+"${HW_RT_UNSET[@]}"}; do
+  log "FORWARD_ENV names $v, which is not set here: not forwarded"
+done
+X_ARGS=()
+for v in ${HW_RT_FORWARD[@]+"${HW_RT_FORWARD[@]}"}; do X_ARGS+=(-x "$v"); done
+PREFIX_ARGS=()
+case $HW_RT_PREFIX_WHY in
+  prefix)
+    PREFIX_ARGS=(--prefix "$HW_RT_PREFIX")
+    printf -v v '%q' "$HW_RT_PREFIX"
+    log "mpirun at $(printf '%q' "$HW_RT_MPIRUN_AT"): --prefix $v, so that the other instances find its orted/prted" ;;
+  not-bin) log "mpirun at $(printf '%q' "$HW_RT_MPIRUN_AT"), not in a bin directory: no --prefix; its orted/prted must be on the other instances' PATH" ;;
+esac
 # The ranks on this instance may not read each other's memory (Yama's ptrace_scope 2 without
 # CAP_SYS_PTRACE, or 3): Open MPI's single copy (CMA) and UCX's cma transport would fail
 # between them, so both are turned off; checked here, in the container that runs.
@@ -239,25 +237,6 @@ fi
 IFACE_ARGS=()
 if [ -n "$IFACE" ]; then  # MPI's TCP, then the runtime's: each flag, its name, the interface
   IFACE_ARGS=("${IF_NAMES[0]}" "${IF_NAMES[1]}" "$IFACE" "${IF_NAMES[2]}" "${IF_NAMES[3]}" "$IFACE")
-fi
-
-# An Open MPI outside /usr/bin (a pip wheel in a venv, HPC-X, an environment module): the
-# other instances' non-interactive ssh does not find its orted/prted on PATH. --prefix (Open
-# MPI 4 and 5; another MPI has no such option) names the installation: the same path on
-# every instance.
-PREFIX_ARGS=()
-MPIRUN_AT=$(command -v mpirun 2>/dev/null) || MPIRUN_AT=""
-if [ -n "$MPIRUN_AT" ] && [ -n "$OMPI_VERSION" ]; then
-  MPIRUN_AT=$(readlink -f -- "$MPIRUN_AT" 2>/dev/null || printf '%s' "$MPIRUN_AT")
-  bindir=${MPIRUN_AT%/*}
-  case $bindir in
-    /usr/bin|/bin|'') ;;
-    */bin)
-      PREFIX_ARGS=(--prefix "${bindir%/bin}")
-      printf -v v '%q' "${bindir%/bin}"
-      log "mpirun at $(printf '%q' "$MPIRUN_AT"): --prefix $v, so that the other instances find its orted/prted" ;;
-    *) log "mpirun at $(printf '%q' "$MPIRUN_AT"), not in a bin directory: no --prefix; its orted/prted must be on the other instances' PATH" ;;
-  esac
 fi
 
 # Every name a rank gets (mpirun -x): MPIRUN_ARGS' own, then the rule's.
@@ -287,6 +266,10 @@ exit "$rc"
 '''
 
 _TORCH = r'''
+# torchrun's instances each run this script in their own environment: nothing is passed on.
+if [ -n "${FORWARD_ENV:-}" ]; then
+  log "FORWARD_ENV is not used: torchrun instances each run this script in their own environment"
+fi
 # torchrun's rendezvous: MASTER_ADDR, else PET_MASTER_ADDR (Kubeflow's TrainJob sets only
 # the PET_ names, torchrun's own: it reads PET_<OPTION>), else the first host; the port
 # likewise, else 29500. Each value set is checked before anything waits or starts.

@@ -27,6 +27,7 @@ from . import bandwidth as BW
 from . import fleet
 from . import needs as N
 from .context import Ctx, _check, _skip
+from .jobenv import job_env
 from .nccl_log import nccl_transport
 from .pair import (RENDEZVOUS_PORT, STATIC_RENDEZVOUS, cache_path, launch_pair,  # noqa: F401
                    spread, torch_nproc)
@@ -83,12 +84,14 @@ def _mpi_note(ctx: Ctx) -> str:
 
 def _mpirun_args(ctx: Ctx) -> List[str]:
     """The plan's mpirun arguments in the names of the Open MPI installed here (5.x:
-    PRRTE's), kept to the interface that reaches the other hosts."""
-    major, _version, iface, _why = mpi_setup(ctx)
+    PRRTE's), kept to the interface that reaches the other hosts, with the job's
+    environment as the launch script passes it (jobenv: -x names, --prefix)."""
+    major, version, iface, _why = mpi_setup(ctx)
     argv = ["--allow-run-as-root"] if ctx.target == "root" or ctx.plan.target.uid == 0 else []
     argv += mpirun_args(ctx.plan.job, major)
     if iface:
         argv += iface_args(iface, major)
+    argv += job_env(ctx, version).mpirun_args(tuple(argv))
     return argv
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import Future
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from ..diagnose import Diagnosis, diagnose, explain
 from ..facts import Facts
@@ -16,6 +16,9 @@ from ..scratch import Owner
 from .probes import Probe, Ran
 from .results import FAIL, PASS, SKIP, Check
 from .system import System
+
+if TYPE_CHECKING:
+    from .jobenv import JobEnv
 
 
 class Ctx:
@@ -49,6 +52,8 @@ class Ctx:
         self.allreduce: Optional[Tuple[Ran, str, str]] = None  # both halves, backend, command
         # for the mpirun commands, found once (mpi_setup): Open MPI's version, the interface
         self.mpi: Optional[Tuple[Optional[int], str, str, str]] = None
+        # the job's environment as the launch script passes it (jobenv.job_env), found once
+        self.job_env: Optional["JobEnv"] = None
         self._checks: Dict[str, Check] = {}
         self._lock = threading.Lock()
         self._rank: Optional[Tuple[Optional[int]]] = None

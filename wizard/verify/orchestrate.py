@@ -11,7 +11,7 @@ from typing import Callable, List, Optional, Sequence
 from ..facts import Facts
 from ..hosts import Hosts
 from ..plan import Plan
-from . import cluster, here, peer, samehost
+from . import cluster, here, peer, samehost, userenv
 from .context import Ctx, _skip, gather
 from .results import Check, Report
 from .spec import Spec
@@ -69,5 +69,5 @@ def _verify(ctx: Ctx, on_check: Optional[OnCheck], max_workers: int) -> Report:
                                     for h in names])
         for cs in per_host:
             checks += cs
-        checks += run_checks(ctx, cluster.CHECKS, on_check=on_check)
+        checks += run_checks(ctx, (*cluster.CHECKS, *userenv.CHECKS), on_check=on_check)
     return Report(tuple(checks), ctx.hosts, time.monotonic() - t_start)

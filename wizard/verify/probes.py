@@ -314,6 +314,40 @@ class SingleCopy(Probe):
                 '"$HW_RT_CMA_WHY"\n').encode()
 
 
+@dataclass(frozen=True)
+class JobEnvironment(Probe):
+    """recipes/runtime.sh's hw_rt_forward_args in verify's own environment (the shell that
+    would run the launch script), the library on stdin: 'x NAME' for each name mpirun -x
+    passes, 'prefix DIR' (Open MPI outside /usr/bin, for --prefix), then 'python3 PATH' (as
+    PATH finds it, links not followed: a venv's python3 links into /usr/bin), 'sysprefix DIR'
+    (its sys.prefix) and 'omp VALUE' (OMP_NUM_THREADS, when set)."""
+    library: str
+    names: Tuple[str, ...]
+    prefixes: Tuple[str, ...]
+    more: Tuple[str, ...]  # FORWARD_ENV's names
+    ompi_version: str
+
+    def argv(self) -> Tuple[str, ...]:
+        return ("bash", "-s", "--", " ".join(self.names), " ".join(self.prefixes),
+                " ".join(self.more), self.ompi_version)
+
+    def stdin(self) -> Optional[bytes]:
+        return (self.library + "\n" + _JOB_ENVIRONMENT_SH).encode()
+
+
+_JOB_ENVIRONMENT_SH = r'''
+hw_rt_forward_args "$1" "$2" "$3" "$4"
+for v in ${HW_RT_FORWARD[@]+"${HW_RT_FORWARD[@]}"}; do printf 'x %s\n' "$v"; done
+printf 'prefix %s\n' "$HW_RT_PREFIX"
+py=$(command -v python3 2>/dev/null) || py=''
+printf 'python3 %s\n' "$py"
+if [ -n "$py" ]; then
+  printf 'sysprefix %s\n' "$("$py" -c 'import sys; print(sys.prefix)' 2>/dev/null)"
+fi
+if [ -n "${OMP_NUM_THREADS+set}" ]; then printf 'omp %s\n' "$OMP_NUM_THREADS"; fi
+'''
+
+
 # --- jobs across instances -----------------------------------------------------------------
 
 
