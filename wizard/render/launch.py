@@ -63,7 +63,8 @@ Settings (environment): WAIT_TRIES (peer waits, default 10), SLOTS (ranks per ho
   MASTER_PORT (else PET_MASTER_PORT, else 29500), NPROC_PER_NODE (torchrun's processes
   here; else PET_NPROC_PER_NODE, a number or torchrun's auto, cpu, gpu, xpu; default:
   the GPUs, or 1), WORKER_TIMEOUT (seconds a worker waits for the end of the job;
-  0: no limit), TCP_IFACE (mpirun: the interface for MPI's TCP traffic, a name or a
+  0: no limit), FIRST_GONE_AFTER (a worker ends, exit 3, when the first instance's sshd
+  has not answered for this many seconds; default 60, 0: never), TCP_IFACE (mpirun: the interface for MPI's TCP traffic, a name or a
   subnet such as 10.0.0.0/24; default: the interface the route to the second host goes
   through).
 __FORWARD_USAGE__
@@ -87,7 +88,7 @@ done
 WAIT_TRIES=${WAIT_TRIES:-10}
 # Numbers from the environment, ASCII digits only: bash arithmetic would run the $(...) in
 # a value such as 'a[$(id)]'.
-for v in WAIT_TRIES SLOTS NP WORKER_TIMEOUT NPROC_PER_NODE; do
+for v in WAIT_TRIES SLOTS NP WORKER_TIMEOUT FIRST_GONE_AFTER NPROC_PER_NODE; do
   if [ -n "${!v:-}" ] && ! [[ ${!v} =~ ^[0123456789]{1,6}$ ]]; then
     die "$v=${!v} is not a number (digits 0-9 only)"
   fi
@@ -143,25 +144,72 @@ DONE="$RUN_DIR/done.$ME"
 # the master may run a short job and write this run's marker during the peer waits below.
 if [ "$RANK" -ne 0 ]; then rm -f "$DONE"; fi
 hw_rt_sshd "$PORT" || die "$HW_RT_ERROR"
-for h in "${NAMES[@]}"; do
-  if [ "$h" != "$ME" ]; then hw_rt_wait "$h" "$WAIT_TRIES" "$PORT" || die "$HW_RT_ERROR"; fi
-done
+
+# par LIMIT FUNCTION ITEM...: FUNCTION ITEM for every item, LIMIT at a time, in the
+# background -> PAR_FAILED, the items whose FUNCTION failed. The first instance's work per
+# worker (its port, the end of the job) runs side by side: N workers cost a few rounds, not
+# N times the slowest one.
+par() {
+  local limit=$1 fn=$2 item i
+  shift 2
+  local -a pids=() items=()
+  PAR_FAILED=()
+  for item in "$@"; do
+    while [ "$(jobs -pr | wc -l)" -ge "$limit" ]; do wait -n 2>/dev/null || sleep 0.1; done
+    "$fn" "$item" &
+    pids+=("$!") items+=("$item")
+  done
+  for i in "${!pids[@]}"; do wait "${pids[$i]}" || PAR_FAILED+=("${items[$i]}"); done
+}
+AT_ONCE=32  # the first instance's connections at a time: below sshd's MaxStartups refusals
+# A worker needs only the first instance (mpirun there starts the ranks here over SSH); the
+# first instance needs every worker's sshd before mpirun. No instance probes every other.
+if [ "$RANK" -ne 0 ]; then
+  hw_rt_wait "$FIRST" "$WAIT_TRIES" "$PORT" || die "$HW_RT_ERROR"
+else
+  # shellcheck disable=SC2329  # par runs it
+  wait_port() {  # its error line into RUN_DIR: a background job's variables die with it
+    rm -f "$RUN_DIR/wait.$1"
+    hw_rt_wait "$1" "$WAIT_TRIES" "$PORT" || { printf '%s\n' "$HW_RT_ERROR" > "$RUN_DIR/wait.$1"; return 1; }
+  }
+  par "$AT_ONCE" wait_port "${NAMES[@]:1}"
+  if [ "${#PAR_FAILED[@]}" -gt 0 ]; then
+    first_error=$(cat "$RUN_DIR/wait.${PAR_FAILED[0]}" 2>/dev/null) || first_error="${PAR_FAILED[0]}: not ready"
+    if [ "${#PAR_FAILED[@]}" -gt 1 ]; then
+      die "$first_error; not ready either: ${PAR_FAILED[*]:1}"
+    fi
+    die "$first_error"
+  fi
+fi
 
 HOSTFILE_OUT="$RUN_DIR/hostfile.$ME"
 hw_rt_write_hostfile "$HOSTFILE_OUT" "$SLOTS_OF" "${NAMES[@]}"
 
 if [ "$RANK" -ne 0 ]; then
   # A worker: mpirun on the first host starts the ranks here over SSH, then tells us the end.
+  # The first instance is watched meanwhile: gone for FIRST_GONE_AFTER seconds (its sshd does
+  # not answer), nobody is left to tell us, and the worker ends by itself.
+  gone_after=$((10#${FIRST_GONE_AFTER:-60}))
+  every=$((gone_after / 6))
+  if [ "$every" -lt 1 ]; then every=1; elif [ "$every" -gt 10 ]; then every=10; fi
   log "waiting for $FIRST to run the job"
-  waited=0
-  while [ ! -e "$DONE" ]; do
+  started=$SECONDS answered=$SECONDS probed=$SECONDS
+  # the marker holds the job's status; one caught while being written is read again
+  done_rc() { rc=$(cat "$DONE" 2>/dev/null) && [[ $rc =~ ^[0123456789]{1,3}$ ]]; }
+  while ! done_rc; do
     sleep 1
-    waited=$((waited + 1))
-    if [ "${WORKER_TIMEOUT:-0}" -gt 0 ] && [ "$waited" -ge "${WORKER_TIMEOUT:-0}" ]; then
-      die "the job did not end within ${WORKER_TIMEOUT}s"
+    if [ "${WORKER_TIMEOUT:-0}" -gt 0 ] && [ $((SECONDS - started)) -ge "${WORKER_TIMEOUT:-0}" ]; then
+      die "the job did not end within ${WORKER_TIMEOUT}s (WORKER_TIMEOUT)"
+    fi
+    if [ "$gone_after" -gt 0 ] && [ $((SECONDS - probed)) -ge "$every" ]; then
+      probed=$SECONDS
+      if _hw_rt_port_open "$FIRST" "$PORT"; then answered=$SECONDS; fi
+      if [ ! -e "$DONE" ] && [ $((SECONDS - answered)) -ge "$gone_after" ]; then
+        log "$FIRST (the first instance) has not answered on port $PORT for $((SECONDS - answered))s (FIRST_GONE_AFTER=$gone_after): ending without the job's status"
+        exit 3
+      fi
     fi
   done
-  rc=$(cat "$DONE" 2>/dev/null || echo 1)
   rm -f "$DONE"
   log "the job ended with status $rc"
   exit "$rc"
@@ -255,13 +303,33 @@ mpirun ${PREFIX_ARGS[@]+"${PREFIX_ARGS[@]}"} --hostfile "$HOSTFILE_OUT" -np "$NP
   ${X_ARGS[@]+"${X_ARGS[@]}"} "$@"
 rc=$?
 set -e
-for h in "${NAMES[@]}"; do
-  if [ "$h" != "$ME" ]; then
-    ssh -o BatchMode=yes -o ConnectTimeout=5 -p "$PORT" "$h" \
-      "umask 077 && mkdir -p .hpcwizard/launch && echo $rc > .hpcwizard/launch/done.$h" \
-      || log "could not tell $h that the job ended"
-  fi
-done
+# The end of the job to every worker, AT_ONCE at a time, each tried TELL_TRIES times (a
+# marker written whole: a worker never reads half of one). A worker not told ends by itself
+# (FIRST_GONE_AFTER, WORKER_TIMEOUT); this instance names it in its last line.
+TELL_TRIES=3
+# shellcheck disable=SC2329  # par runs it
+tell() {
+  local h=$1 try
+  for ((try = 1; ; try++)); do
+    if ssh -o BatchMode=yes -o ConnectTimeout=5 -p "$PORT" "$h" \
+      "umask 077 && mkdir -p .hpcwizard/launch && echo $rc > .hpcwizard/launch/done.$h.part && mv -f .hpcwizard/launch/done.$h.part .hpcwizard/launch/done.$h" \
+      </dev/null; then
+      return 0
+    fi
+    if [ "$try" -ge "$TELL_TRIES" ]; then return 1; fi
+    log "could not tell $h that the job ended (try $try of $TELL_TRIES), next in $((try * 2))s"
+    sleep $((try * 2))
+  done
+}
+par "$AT_ONCE" tell "${NAMES[@]:1}"
+if [ "${#PAR_FAILED[@]}" -gt 0 ]; then
+  # The job's own failure is its status; a job that ran well exits 3 all the same, so that
+  # whoever watches this instance learns that workers wait on (until FIRST_GONE_AFTER or
+  # WORKER_TIMEOUT ends them).
+  status=$rc
+  if [ "$rc" -eq 0 ]; then rc=3; fi
+  log "the job ended with status $status; not told after $TELL_TRIES tries (exit $rc): ${PAR_FAILED[*]}"
+fi
 exit "$rc"
 '''
 

@@ -1,0 +1,105 @@
+"""The launch script at N namespace instances against a bare `mpirun -np N hostname` from the
+first instance (the same hostfile, port and interface), both measured in the same run:
+
+  first alone  the script on the first instance only (the workers' sshd already up): its
+               waits for the workers, mpirun, and telling every worker the end of the job
+  every        the script started on every instance at once, as platforms do: until the
+               last instance has ended (and the first instance's own time)
+
+    HPCWIZARD_BENCH_SYSTEM=1 python3 bench/launch_scale.py [--sizes 4 16 64] [--repeats 2]
+
+Root only: applies the MPI/TCP configuration for root (undone afterwards) and makes network
+namespaces (tests/system/netns.py), so it runs under /work/system-tests.lock on a shared
+machine. Prints one line per figure; never asserts a timing.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "tests" / "system"), str(ROOT / "tests")]
+
+from _verify_cluster import PORT, VCluster, applied, start_nodes  # noqa: E402
+from test_system_launch import export  # noqa: E402
+
+
+class _Tmp:
+    """What applied() asks of pytest's tmp_path_factory."""
+
+    def mktemp(self, name: str) -> Path:
+        return Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
+
+
+def _run_all(c: VCluster, argvs: dict, env: dict) -> dict:
+    """Start each node's argv at once; node -> seconds until it ended (non-zero: raise)."""
+    start = time.perf_counter()
+    procs = {n: subprocess.Popen(c.argv(n, a), stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                 env=env, cwd="/") for n, a in argvs.items()}
+    took = {}
+    for n, p in procs.items():
+        _out, err = p.communicate(timeout=900)
+        took[n] = time.perf_counter() - start
+        if p.returncode != 0:
+            raise RuntimeError(f"{n}: exit {p.returncode}\n{err[-2000:]}")
+    return took
+
+
+def bench(sizes: list, repeats: int) -> None:
+    gen = applied(_Tmp())
+    setup = next(gen)
+    try:
+        for n in sizes:
+            with VCluster(n) as c:
+                start_nodes(c)
+                script = export(c, setup["env"], "mpi")
+                hosts = ",".join(c.names)
+                hostfile = c.tmp / "hostfile"
+                hostfile.write_text("".join(f"{h} slots=1\n" for h in c.names))
+                env = dict(setup["env"], HOSTS=hosts, WAIT_TRIES="10", FIRST_GONE_AFTER="120")
+                bare = ["mpirun", "--allow-run-as-root", "--hostfile", str(hostfile), "-np",
+                        str(n), "--mca", "plm_rsh_args", f"-p {PORT}", "--mca",
+                        "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0",
+                        "hostname"]
+                ours = ["bash", script, "--", "hostname"]
+                rows = {"bare": [], "first alone": [], "every (last)": [], "every (first)": []}
+                for _ in range(repeats):
+                    rows["bare"].append(_run_all(c, {"node1": bare}, env)["node1"])
+                    rows["first alone"].append(_run_all(c, {"node1": ours}, env)["node1"])
+                    for m in (Path.home() / ".hpcwizard" / "launch").glob("done.*"):
+                        m.unlink()  # the markers nobody read: the workers ran no script
+                    took = _run_all(c, {h: ours for h in c.names}, env)
+                    rows["every (last)"].append(max(took.values()))
+                    rows["every (first)"].append(took["node1"])
+                base = statistics.median(rows["bare"])
+                for name, vals in rows.items():
+                    med = statistics.median(vals)
+                    print(f"N={n:<3} {name:<14} median {med:7.2f}s  {med / base:5.2f}x bare  "
+                          f"({', '.join(f'{v:.2f}' for v in vals)})", flush=True)
+    finally:
+        for _ in gen:
+            pass
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[4, 16])
+    ap.add_argument("--repeats", type=int, default=2)
+    a = ap.parse_args()
+    if os.geteuid() != 0 or os.environ.get("HPCWIZARD_BENCH_SYSTEM") != "1":
+        print("skipped: needs root and HPCWIZARD_BENCH_SYSTEM=1 (it applies the MPI "
+              "configuration and makes network namespaces)")
+        return 0
+    bench(a.sizes, a.repeats)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""Issue 31, system tests: the end of the job cannot reach one worker (new connections to and
+from its SSH port dropped by nft in its namespace once the job runs): that worker ends by
+itself within FIRST_GONE_AFTER with a line saying why, the first instance names it in its
+last line and exits 3, the other worker is told. Workers started before the first instance,
+and after it. Root only, HPCWIZARD_SYSTEM_TESTS=1 (conftest.py skips otherwise)."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from _verify_cluster import PORT, VCluster, applied, start_nodes
+from test_system_launch import export, finish, start
+
+pytestmark = pytest.mark.system
+
+GONE_AFTER = 10
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    if shutil.which("nft") is None:
+        pytest.skip("nft is not installed (apt-get install nftables): the test blocks a "
+                    "worker's SSH port with it")
+    yield from applied(tmp_path_factory)
+
+
+def _block_ssh(c: VCluster, node: str) -> None:
+    """New TCP connections to node's SSH port, and from node to any SSH port, dropped (SYN
+    only: the ssh session mpirun already holds there goes on)."""
+    rules = (f"add table inet hwblock\n"
+             f"add chain inet hwblock in {{ type filter hook input priority 0; }}\n"
+             f"add chain inet hwblock out {{ type filter hook output priority 0; }}\n"
+             f"add rule inet hwblock in tcp dport {PORT} tcp flags & (syn | ack) == syn drop\n"
+             f"add rule inet hwblock out tcp dport {PORT} tcp flags & (syn | ack) == syn drop\n")
+    proc = subprocess.run(["ip", "netns", "exec", c.ns(node), "nft", "-f", "-"], input=rules,
+                          text=True, capture_output=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+
+
+def _until(proc: subprocess.Popen, text: str, seen: list) -> None:
+    """Read proc's stderr until a line holds text (the state, not the clock)."""
+    for line in proc.stderr:
+        seen.append(line)
+        if text in line:
+            return
+    raise AssertionError(f"no line with {text!r}:\n{''.join(seen)}")
+
+
+def _wait_files(paths: list, limit: float = 120) -> None:
+    deadline = time.monotonic() + limit
+    while not all(p.exists() for p in paths):
+        assert time.monotonic() < deadline, f"not all of {paths} appeared within {limit}s"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("order", ["workers first", "first instance first"])
+def test_a_worker_the_end_cannot_reach_ends_by_itself_and_is_named(setup, order):
+    env = setup["env"]
+    with VCluster(3) as c:
+        start_nodes(c)
+        script = export(c, env, "mpi")
+        # each rank says it runs, then holds the job until the test has blocked node3
+        release = c.tmp / "release"
+        job = (f'touch {c.tmp}/started.$(hostname); '
+               f'while [ ! -e {release} ]; do sleep 0.1; done')
+        run_env = dict(env, HOSTS="node1,node2,node3", WAIT_TRIES="6",
+                       FIRST_GONE_AFTER=str(GONE_AFTER), WORKER_TIMEOUT="600")
+        argv = ["bash", script, "--", "bash", "-c", job]
+        procs, seen = {}, {n: [] for n in c.names}
+        workers = ("node2", "node3")
+        if order == "workers first":
+            for n in workers:
+                procs[n] = start(c, n, argv, run_env)
+                _until(procs[n], "waiting for node1", seen[n])
+            procs["node1"] = start(c, "node1", argv, run_env)
+        else:
+            procs["node1"] = start(c, "node1", argv, run_env)
+        _wait_files([c.tmp / f"started.{n}" for n in c.names])
+        if order != "workers first":  # the job already runs on them when they start
+            for n in workers:
+                procs[n] = start(c, n, argv, run_env)
+                _until(procs[n], "to run the job", seen[n])
+        _block_ssh(c, "node3")
+        blocked = time.monotonic()
+        release.write_text("")
+        res = finish(procs, timeout=180)
+        took = time.monotonic() - blocked
+        report = "".join(f"\n--- {n}: exit {rc}\n{so}\n{''.join(seen[n])}{se}"
+                         for n, (rc, so, se) in res.items())
+        first_last = res["node1"][2].strip().splitlines()[-1]
+        assert res["node1"][0] == 3, report
+        assert first_last.endswith("the job ended with status 0; not told after 3 tries "
+                                   "(exit 3): node3"), report
+        assert res["node2"][0] == 0 and "the job ended with status 0" in res["node2"][2], report
+        node3_last = res["node3"][2].strip().splitlines()[-1]
+        assert res["node3"][0] == 3, report
+        assert ("node1 (the first instance) has not answered on port 2222" in node3_last
+                and node3_last.endswith(f"(FIRST_GONE_AFTER={GONE_AFTER}): ending without "
+                                        "the job's status")), report
+        # bounded: the job's end, the watch's period and one probe's timeout, not for ever
+        assert took < GONE_AFTER + 60, report
