@@ -4,7 +4,8 @@ the median held to the line rate where one is known.
 
 A direction is held to the median of its round (the pairs measured at the same time: a
 load that comes and goes lowers a whole round, not one pair), or to the fleet's when its
-round has fewer than ROUND_PAIRS pairs. A link (both directions of a pair) is slow when
+round has fewer than ROUND_PAIRS pairs; a direction measured again (the runner measures
+the pairs it found slow once more, alone) is judged by its better figure. A link (both directions of a pair) is slow when
 either direction carries less than SLOW_FRACTION of that median, failed when either gave
 no figure. An instance whose links
 are mostly slow or failed is named as the node (its NIC, its cable, its switch port), and
@@ -68,8 +69,9 @@ class Verdict:
                     or self.below_line)
 
     def figure(self, sender: str, receiver: str) -> Optional[Measured]:
-        return next((m for m in self.measured
-                     if (m.sender, m.receiver) == (sender, receiver)), None)
+        """The direction's best measurement (a failed one when none gave a figure)."""
+        ms = [m for m in self.measured if (m.sender, m.receiver) == (sender, receiver)]
+        return max(ms, key=lambda m: -1.0 if m.gbps is None else m.gbps, default=None)
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -108,9 +110,8 @@ def judge(hosts: Sequence[str], measured: Sequence[Measured],
     named = {n.host for n in nodes}
     rest = [bad for (a, b), bad in links if bad is not None and not {a, b} & named]
     below = bool(median is not None and line_gbps and median < LINE_FRACTION * line_gbps)
-    slow = tuple((m.sender, m.receiver) for m in measured
-                 if m.gbps is not None and (ref := reference.get(m.round))
-                 and m.gbps < SLOW_FRACTION * ref)
+    slow = tuple(d for d, (share, _gbps) in _best(measured, reference).items()
+                 if share < SLOW_FRACTION)
     return Verdict(tuple(hosts), tuple(measured), median, line_gbps, tuple(nodes),
                    tuple(x for x in rest if not x.error), tuple(x for x in rest if x.error),
                    below, slow, seconds)
@@ -118,14 +119,29 @@ def judge(hosts: Sequence[str], measured: Sequence[Measured],
 
 def _bad(a: str, b: str, ms: Sequence[Measured],
          reference: Dict[int, Optional[float]]) -> Optional[Link]:
-    failed = [m for m in ms if m.gbps is None]
+    """The pair's Link when it is slow or failed: each direction by its best measurement
+    (a pair measured again alone is judged by the better figure)."""
+    best = _best(ms, reference)
+    failed = [m.error or "no figure" for m in ms
+              if m.gbps is None and (m.sender, m.receiver) not in best]
     if failed:
-        return Link(a, b, None, None, failed[0].error or "no figure")
-    shares = [(m.gbps / ref, m.gbps) for m in ms
-              if m.gbps is not None and (ref := reference.get(m.round))]
-    if not shares:
+        return Link(a, b, None, None, failed[0])
+    if not best:
         return None
-    share, gbps = min(shares)
+    share, gbps = min(best.values())
     if share < SLOW_FRACTION:
         return Link(a, b, gbps, round(100 * share))
     return None
+
+
+def _best(ms: Sequence[Measured],
+          reference: Dict[int, Optional[float]]) -> Dict[Tuple[str, str], Tuple[float, float]]:
+    """(sender, receiver) -> (the best share of its reference, that figure)."""
+    best: Dict[Tuple[str, str], Tuple[float, float]] = {}
+    for m in ms:
+        ref = reference.get(m.round)
+        if m.gbps is None or not ref:
+            continue
+        d = (m.sender, m.receiver)
+        best[d] = max(best.get(d, (0.0, 0.0)), (m.gbps / ref, m.gbps))
+    return best
