@@ -5,11 +5,11 @@ the median held to the line rate where one is known.
 A direction is held to the median of its round (the pairs measured at the same time: a
 load that comes and goes lowers a whole round, not one pair), or to the fleet's when its
 round has fewer than ROUND_PAIRS pairs; a direction measured again (the runner measures
-the pairs it found slow once more, alone) is judged by its better figure. A link (both directions of a pair) is slow when
-either direction carries less than SLOW_FRACTION of that median, failed when either gave
-no figure. An instance whose links
-are mostly slow or failed is named as the node (its NIC, its cable, its switch port), and
-its links are not named one by one; the slow links left are named as links."""
+the pairs it found slow once more, alone) is judged by its better figure. A link (both
+directions of a pair) is slow when either direction carries less than SLOW_FRACTION of
+its median, failed when either gave no figure. An instance whose links are mostly slow or
+failed is named as the node (its NIC, its cable, its switch port), and its links are not
+named one by one; the slow links left are named as links."""
 from __future__ import annotations
 
 import statistics
