@@ -4,6 +4,7 @@ link, and the fleet's median. `--json` gives Verdict.to_dict() instead."""
 from __future__ import annotations
 
 import io
+import shutil
 from typing import List
 
 from rich.console import Console
@@ -70,8 +71,10 @@ def verdict_lines(v: Verdict) -> List[str]:
     return out
 
 
-def format_fleet(v: Verdict, color: bool = False, width: int = 200) -> str:
+def format_fleet(v: Verdict, color: bool = False) -> str:
+    """color: for a terminal (its colours, its width); else plain, as wide as 16 hosts need."""
     buf = io.StringIO()
+    width = shutil.get_terminal_size((200, 24)).columns if color else 200
     console = Console(file=buf, width=width, force_terminal=color, no_color=not color,
                       highlight=False, emoji=False)
     console.print(matrix(v))
