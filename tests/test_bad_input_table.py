@@ -106,6 +106,10 @@ CASES: Dict[str, Case] = {
     # host names and lists (verify --hosts)
     "hosts-semicolon": (VERIFY + ["--hosts", "node1;touch {tmp}/pwned"], {}, {}),
     "hosts-twice": (VERIFY + ["--hosts", "node1,node1"], {}, {}),
+    "fleet-one-host": (VERIFY + ["--hosts", "node1", "--fleet"], {}, {}),
+    "fleet-here": (VERIFY + ["--here", "--fleet"], {}, {}),
+    "fleet-and-bandwidth": (VERIFY + ["--hosts", "node1,node2", "--fleet", "--bandwidth"],
+                            {}, {}),
     "hosts-underscore": (VERIFY + ["--hosts", "node_1"], {}, {}),
     "hosts-leading-dash": (VERIFY + ["--hosts", "-node1,node2"], {}, {}),
     "hosts-bracket": (VERIFY + ["--hosts", "node[1-"], {}, {}),

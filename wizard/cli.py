@@ -130,6 +130,9 @@ def _verify_args(v: argparse.ArgumentParser) -> None:
     v.add_argument("--bandwidth", action="store_true", help=_(
         "also measure the links between instances (ib_write_bw, TCP, the all_reduce's bus "
         "bandwidth) against their line rate; this loads them"))
+    v.add_argument("--fleet", action="store_true", help=_(
+        "only the fleet check: TCP throughput between pairs of the job's instances, in "
+        "rounds of disjoint pairs, the slow node or link named; this loads the links"))
     v.add_argument("--jobs", default=None, help=_("how many hosts to check at once (default 16)"))
     v.add_argument("--json", action="store_true")
 

@@ -20,16 +20,19 @@ from ..detect.user import current_user
 from ..exit_codes import EXIT_FAILED, EXIT_OK
 from ..export import render_export
 from ..facts import Facts
+from ..hosts import Hosts
 from ..i18n import _, field
 from ..inputs import number
 from ..plan import Plan, build_plan
 from ..record import Record, new_record_path
 from ..report import ConsoleSink, file_diffs, format_dry_run, format_plan, format_recommendation
+from ..report_fleet import format_fleet
 from ..report_verify import format_report, keep_in_record
 from ..runtime import discover, rank_of
 from ..session import Session, ask_sudo_password, sudo_once, write_export
 from ..validate import BadInput
 from ..verify import verify
+from ..verify.pairwise import fleet
 from .detect import facts_here
 
 
@@ -257,9 +260,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if args.hosts is not None or args.hostfile is not None:
             raise BadInput(_("--here checks this instance only: leave out --hosts and "
                              "--hostfile, or --here"))
-        if args.bandwidth:
-            raise BadInput(_("--bandwidth measures the links between instances: leave out "
-                             "--here"))
+        if args.bandwidth or args.fleet:
+            raise BadInput(_("{flag} measures the links between instances: leave out "
+                             "--here").format(flag="--fleet" if args.fleet else "--bandwidth"))
     else:
         # the hosts the launch script finds, in its order (the same library decides). None
         # only when no source names any: the checks here only, said in the report. A source
@@ -270,6 +273,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
             # a NODE_RANK (or Kubeflow's PET_NODE_RANK, or the platform's own) that is none
             # of the ranks is bad input now, not after the checks
             rank_of(hosts.names, os.environ, hosts.rank_var)
+    if args.fleet:
+        return _fleet(args, choices, hosts, jobs)
     facts, plan = _plan(args, choices)
     report = verify(plan, facts, hosts, max_workers=jobs, bandwidth=args.bandwidth)
     if args.json:
@@ -284,6 +289,23 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 path=record.path, error=exc.strerror or exc), file=sys.stderr)
             return EXIT_FAILED
     return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _fleet(args: argparse.Namespace, choices: Choices, hosts: Optional[Hosts], jobs: int) -> int:
+    """verify --fleet: the pair rounds alone, as a matrix or JSON; a record gives the
+    choices (user, port) and keeps verify's checks, not these."""
+    if args.bandwidth:
+        raise BadInput(_("--fleet is a check of its own: leave out --bandwidth"))
+    if hosts is None or len(hosts.names) < 2:
+        raise BadInput(_("--fleet measures between the job's instances: give at least two "
+                         "with --hosts or --hostfile"))
+    facts, plan = _plan(args, choices)
+    verdict = fleet(plan, facts, hosts, max_workers=jobs)
+    if args.json:
+        print(json.dumps(verdict.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        print(format_fleet(verdict, color=sys.stdout.isatty()), end="")
+    return EXIT_OK if verdict.ok else EXIT_FAILED
 
 
 COMMANDS = {"plan": cmd_plan, "apply": cmd_apply, "export": cmd_export, "undo": cmd_undo,

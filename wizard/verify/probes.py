@@ -501,3 +501,28 @@ class LinkSpeed(Probe):
 
     def argv(self) -> Tuple[str, ...]:
         return ("bash", "-c", _LINK_SPEED, "link_speed", self.iface)
+
+
+@dataclass(frozen=True)
+class TcpBwAt(Probe):
+    """The TCP test program on host over SSH ("": here, as the job's user), with args: the
+    fleet check's receiver or sender, on whichever instance its pair names. preamble goes
+    before the program on stdin: the sender's token, which a command line would show to
+    every user of that instance."""
+    host: str
+    port: int
+    python: str
+    program: str
+    args: Tuple[str, ...]
+    preamble: str = ""
+    user: str = ""
+    timeout = SSH_TIMEOUT + 15
+
+    def argv(self) -> Tuple[str, ...]:
+        if not self.host:
+            return (*as_user(self.user), self.python, "-", *self.args)
+        return ssh_argv(self.user, self.port, self.host,
+                        shlex.join((self.python, "-", *self.args)))
+
+    def stdin(self) -> Optional[bytes]:
+        return (self.preamble + self.program).encode()

@@ -106,6 +106,7 @@ def receive(address):
                     conn.sendall(REFUSED)
                     return
                 got, took = measure(conn, size, seconds, buf)
+                conn.settimeout(REPLY_WAIT)  # measure left its last, short time-out
                 conn.sendall(REPLY.pack(got, took))
             except OSError:
                 continue

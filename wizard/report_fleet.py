@@ -1,0 +1,81 @@
+"""verify --fleet's verdict as text: the pair matrix (a rich Table: rows send, columns
+receive, Gb/s; a slow figure marked), then one line per slow node, slow link and failed
+link, and the fleet's median. `--json` gives Verdict.to_dict() instead."""
+from __future__ import annotations
+
+import io
+import shutil
+from typing import List
+
+from rich.console import Console
+from rich.table import Table
+
+from .i18n import _
+from .safe_text import visible
+from .verify.pairjudge import SLOW_FRACTION, Link, Verdict
+
+
+def matrix(v: Verdict) -> Table:
+    t = Table(title=_("TCP Gb/s, row → column"))
+    t.add_column("", style="bold", no_wrap=True)
+    for h in v.hosts:
+        t.add_column(h, justify="right", no_wrap=True)
+    slow = set(v.slow)
+    for s in v.hosts:
+        cells = []
+        for r in v.hosts:
+            m = v.figure(s, r)
+            if s == r:
+                cells.append("—")
+            elif m is None:
+                cells.append("·")  # not in the rounds (a large fleet's sample)
+            elif m.gbps is None:
+                cells.append("[bold red]✗[/]")
+            elif (s, r) in slow:
+                cells.append(f"[bold red]{m.gbps:.2f}![/]")
+            else:
+                cells.append(f"{m.gbps:.2f}")
+        t.add_row(s, *cells)
+    return t
+
+
+def _link(x: Link) -> str:
+    return f"{x.a} ↔ {x.b}"
+
+
+def verdict_lines(v: Verdict) -> List[str]:
+    out: List[str] = []
+    pairs = len({frozenset((m.sender, m.receiver)) for m in v.measured})
+    median = f"{v.median_gbps:.2f}" if v.median_gbps is not None else "?"
+    out.append(_("{n} instances, {pairs} pairs in {seconds:.0f} s; the fleet's median "
+                 "{median} Gb/s").format(n=len(v.hosts), pairs=pairs, seconds=v.seconds,
+                                         median=median))
+    for n in v.slow_nodes:
+        out.append(_("SLOW NODE {host}: {bad} of its {links} links slow or failed "
+                     "({gbps} Gb/s): its NIC, cable or switch port; ask the platform to "
+                     "replace it").format(host=n.host, bad=n.bad, links=n.links,
+                                          gbps=f"{n.gbps:.2f}" if n.gbps is not None else "—"))
+    for x in v.slow_links:
+        out.append(_("SLOW LINK {pair}: {gbps:.2f} Gb/s, {percent} % of the median: the "
+                     "path between these two (a switch port, a cable, a route)").format(
+            pair=_link(x), gbps=x.gbps, percent=x.percent))
+    for x in v.failed_links:
+        out.append(_("FAILED {pair}: {error}").format(pair=_link(x), error=visible(x.error)))
+    if v.below_line:
+        out.append(_("The fleet's median is below half the line rate ({line:g} Gb/s): every "
+                     "link is slow, or the CPU bounds one TCP stream").format(
+            line=v.line_gbps))
+    if v.ok:
+        out.append(_("No slow node or link (each direction at least {percent} % of the "
+                     "median)").format(percent=round(100 * SLOW_FRACTION)))
+    return out
+
+
+def format_fleet(v: Verdict, color: bool = False) -> str:
+    """color: for a terminal (its colours, its width); else plain, as wide as 16 hosts need."""
+    buf = io.StringIO()
+    width = shutil.get_terminal_size((200, 24)).columns if color else 200
+    console = Console(file=buf, width=width, force_terminal=color, no_color=not color,
+                      highlight=False, emoji=False)
+    console.print(matrix(v))
+    return buf.getvalue() + "\n".join(verdict_lines(v)) + "\n"
