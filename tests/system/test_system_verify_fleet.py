@@ -3,11 +3,13 @@ instances (a real sshd each, after a real MPI/TCP apply for root), with two faul
 with tc: node3 → node5 shaped to SLOW on node3's eth0 for node5's address only (an htb
 class and a u32 filter: node3's other traffic passes unshaped), and node7's eth0 shaped to
 SLOW for everyone (tbf). The check names the pair node3 ↔ node5 and the node node7, and
-nothing else; at 16 healthy instances it names nothing, and its time is printed. Root
+nothing else; at 16 healthy instances it names nothing, and its time is printed (a
+timing run, with HPCWIZARD_BENCH_SYSTEM=1). Root
 only, HPCWIZARD_SYSTEM_TESTS=1 (conftest.py skips otherwise)."""
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
@@ -79,6 +81,8 @@ def test_the_slow_pair_and_the_slow_node_are_named(setup):
         assert "TCP Gb/s, row → column" in proc.stdout
 
 
+@pytest.mark.skipif(not os.environ.get("HPCWIZARD_BENCH_SYSTEM"),
+                    reason="a timing run of about 200 s on 2 cores: set HPCWIZARD_BENCH_SYSTEM=1")
 def test_sixteen_healthy_instances_name_nothing(setup):
     with VCluster(16) as c:
         start_nodes(c)
