@@ -167,7 +167,7 @@ AT_ONCE=32  # the first instance's connections at a time: below sshd's MaxStartu
 if [ "$RANK" -ne 0 ]; then
   hw_rt_wait "$FIRST" "$WAIT_TRIES" "$PORT" || die "$HW_RT_ERROR"
 else
-  # shellcheck disable=SC2329  # par runs it
+  # shellcheck disable=SC2317,SC2329  # par runs it
   wait_port() {  # its error line into RUN_DIR: a background job's variables die with it
     rm -f "$RUN_DIR/wait.$1"
     hw_rt_wait "$1" "$WAIT_TRIES" "$PORT" || { printf '%s\n' "$HW_RT_ERROR" > "$RUN_DIR/wait.$1"; return 1; }
@@ -307,7 +307,7 @@ set -e
 # marker written whole: a worker never reads half of one). A worker not told ends by itself
 # (FIRST_GONE_AFTER, WORKER_TIMEOUT); this instance names it in its last line.
 TELL_TRIES=3
-# shellcheck disable=SC2329  # par runs it
+# shellcheck disable=SC2317,SC2329  # par runs it
 tell() {
   local h=$1 try
   for ((try = 1; ; try++)); do
