@@ -19,6 +19,19 @@ def _calls(fk) -> list:
     return fk["log"].read_text().splitlines() if fk["log"].exists() else []
 
 
+
+def _worker_waiting(tmp_path, env):
+    """A worker started, once it says it waits for the first instance: the process and the
+    lines it wrote so far."""
+    proc = subprocess.Popen(["bash", str(_script(tmp_path)), "--", "hostname"], env=env,
+                            stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if "waiting for node01 to run the job" in line:
+            break
+    return proc, seen
+
 def test_the_end_reaches_every_worker_at_once(tmp_path):
     """Each fake ssh waits until all three are running at the same time: told one after
     another, the first would give up waiting and fail."""
@@ -78,13 +91,7 @@ def test_a_worker_waits_for_the_first_instance_only(tmp_path):
     fk = _fakes(tmp_path, "node02", HOSTS)
     _probe_log(tmp_path, fk, fails="node03")
     env = {**fk["env"], "HOSTS": "node01,node02,node03", "WAIT_TRIES": "3"}
-    proc = subprocess.Popen(["bash", str(_script(tmp_path)), "--", "hostname"], env=env,
-                            stderr=subprocess.PIPE, text=True)
-    seen = []
-    for line in proc.stderr:
-        seen.append(line)
-        if "waiting for node01 to run the job" in line:
-            break
+    proc, seen = _worker_waiting(tmp_path, env)
     (fk["home"] / ".hpcwizard/launch/done.node02").write_text("0\n")
     _, err = proc.communicate(timeout=20)
     err = "".join(seen) + err
@@ -111,13 +118,7 @@ def test_a_worker_whose_first_instance_is_gone_ends_by_itself(tmp_path):
     off = tmp_path / "first-gone"
     _probe_log(tmp_path, fk, off=off)
     env = {**fk["env"], "HOSTS": "node01,node02", "FIRST_GONE_AFTER": "3"}
-    proc = subprocess.Popen(["bash", str(_script(tmp_path)), "--", "hostname"], env=env,
-                            stderr=subprocess.PIPE, text=True)
-    seen = []
-    for line in proc.stderr:
-        seen.append(line)
-        if "waiting for node01 to run the job" in line:
-            break
+    proc, seen = _worker_waiting(tmp_path, env)
     off.write_text("")
     _, err = proc.communicate(timeout=30)
     err = "".join(seen) + err
@@ -133,13 +134,7 @@ def test_a_worker_with_first_gone_after_zero_waits_for_worker_timeout(tmp_path):
     _probe_log(tmp_path, fk, off=tmp_path / "started")
     env = {**fk["env"], "HOSTS": "node01,node02", "FIRST_GONE_AFTER": "0",
            "WORKER_TIMEOUT": "3"}
-    proc = subprocess.Popen(["bash", str(_script(tmp_path)), "--", "hostname"], env=env,
-                            stderr=subprocess.PIPE, text=True)
-    seen = []
-    for line in proc.stderr:
-        seen.append(line)
-        if "waiting for node01 to run the job" in line:
-            break
+    proc, seen = _worker_waiting(tmp_path, env)
     (tmp_path / "started").write_text("")
     _, err = proc.communicate(timeout=30)
     err = "".join(seen) + err
