@@ -112,3 +112,20 @@ def test_skipped_when_mpirun_across_hosts_did_not_pass():
 def test_not_part_of_a_pytorch_verification():
     _report, c, sys_ = run(VENV_ENV, framework="pytorch")
     assert ID not in c and not sys_.asked(P.JobEnvironment)
+
+
+def test_the_environment_is_the_job_users_when_root_verifies_for_another(monkeypatch):
+    """Root verifying a plan for bob: bob's ranks run bob's environment, not root's (whose
+    PATH may name a python3 under /root that bob cannot even read), so the question is
+    asked as bob, as verify's mpirun runs."""
+    import pwd
+
+    monkeypatch.setattr(pwd, "getpwnam", lambda name: pwd.struct_passwd(
+        (name, "x", 4242, 4242, "", f"/home/{name}", "/bin/bash")))
+    sys_ = FakeSystem(PEERS, {P.JobEnvironment: (0, VENV_ENV),
+                              _is_env_run: (0, ranks(*((h, VENV, "3") for h in PEERS)))})
+    plan = build_plan(facts(user=ROOT), make_choices(framework="mpi", network="tcp",
+                                                     mode="manual", user="bob"), load_catalog())
+    verify(plan, facts(user=ROOT), Hosts(tuple(PEERS), "--hosts"), system=sys_)
+    asked = sys_.asked(P.JobEnvironment)
+    assert len(asked) == 1 and asked[0].argv()[:4] == ("runuser", "-u", "bob", "--")

@@ -73,6 +73,6 @@ def job_env(ctx: Ctx, ompi_version: str) -> JobEnv:
     if ctx.job_env is None:
         names = tuple(n for n in FORWARD.names if n not in ctx.plan.job.passed)
         r = ctx.ask(JobEnvironment(runtime.library(), names, FORWARD.prefixes,
-                                   more_names(os.environ), ompi_version))
+                                   more_names(os.environ), ompi_version, user=ctx.user))
         ctx.job_env = parse(r.out) if r.ok else JobEnv()
     return ctx.job_env

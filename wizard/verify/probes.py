@@ -317,19 +317,20 @@ class SingleCopy(Probe):
 @dataclass(frozen=True)
 class JobEnvironment(Probe):
     """recipes/runtime.sh's hw_rt_forward_args in verify's own environment (the shell that
-    would run the launch script), the library on stdin: 'x NAME' for each name mpirun -x
-    passes, 'prefix DIR' (Open MPI outside /usr/bin, for --prefix), then 'python3 PATH' (as
-    PATH finds it, links not followed: a venv's python3 links into /usr/bin), 'sysprefix DIR'
-    (its sys.prefix) and 'omp VALUE' (OMP_NUM_THREADS, when set)."""
+    would run the launch script) as the job's user, the library on stdin: 'x NAME' for each
+    name mpirun -x passes, 'prefix DIR' (Open MPI outside /usr/bin, for --prefix), then
+    'python3 PATH' (as PATH finds it, links not followed: a venv's python3 links into
+    /usr/bin), 'sysprefix DIR' (its sys.prefix) and 'omp VALUE' (OMP_NUM_THREADS, when set)."""
     library: str
     names: Tuple[str, ...]
     prefixes: Tuple[str, ...]
     more: Tuple[str, ...]  # FORWARD_ENV's names
     ompi_version: str
+    user: str = ""  # the job's user, as verify's mpirun runs: their environment is the job's
 
     def argv(self) -> Tuple[str, ...]:
-        return ("bash", "-s", "--", " ".join(self.names), " ".join(self.prefixes),
-                " ".join(self.more), self.ompi_version)
+        return (*as_user(self.user), "bash", "-s", "--", " ".join(self.names),
+                " ".join(self.prefixes), " ".join(self.more), self.ompi_version)
 
     def stdin(self) -> Optional[bytes]:
         return (self.library + "\n" + _JOB_ENVIRONMENT_SH).encode()
