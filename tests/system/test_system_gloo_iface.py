@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -30,13 +31,14 @@ def torchrun(c: VCluster, prog: str, env: dict, port: int) -> dict:
                 "--master-addr", c.ip("node1"), "--master-port", str(port), prog]
         procs[node] = subprocess.Popen(c.argv(node, argv), stdin=subprocess.DEVNULL,
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                       text=True, env=env, cwd="/")
+                                       text=True, env=env, cwd="/", start_new_session=True)
     out = {}
     for node, p in procs.items():
         try:
             so, se = p.communicate(timeout=240)
         except subprocess.TimeoutExpired:
-            p.kill()
+            # the whole group: a rank torchrun left behind holds the pipes open otherwise
+            os.killpg(p.pid, signal.SIGKILL)
             so, se = p.communicate()
         out[node] = (p.returncode, so, se)
     return out
