@@ -32,6 +32,7 @@ def _worker_waiting(tmp_path, env):
             break
     return proc, seen
 
+
 def test_the_end_reaches_every_worker_at_once(tmp_path):
     """Each fake ssh waits until all three are running at the same time: told one after
     another, the first would give up waiting and fail."""

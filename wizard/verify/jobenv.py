@@ -5,18 +5,15 @@ that would run the launch script), so that verify's ranks get the same `-x` name
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from typing import Mapping, Optional, Tuple
 
 from .. import runtime
 from ..job import FORWARD
+from ..render.shell import ENV_NAME  # the launch script refuses other words; verify skips them
 from .context import Ctx
 from .probes import JobEnvironment
 
-# mpirun -x takes NAME or NAME=VALUE: the launch script refuses any other word of FORWARD_ENV
-# before it starts; verify passes only the names
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Where the system's programs live: a python3 or an Open MPI elsewhere is the user's own (a
 # venv, conda, a module, HPC-X), which the other instances must have at the same path.
 SYSTEM_DIRS = ("/usr/", "/bin/", "/sbin/")
@@ -53,7 +50,7 @@ def parse(text: str) -> JobEnv:
     forward, fields = [], {}
     for line in text.splitlines():
         key, _sep, value = line.partition(" ")
-        if key == "x" and _NAME.fullmatch(value):
+        if key == "x" and ENV_NAME.fullmatch(value):
             forward.append(value)
         elif key in ("prefix", "python3", "sysprefix", "omp"):
             fields[key] = value
@@ -64,7 +61,7 @@ def parse(text: str) -> JobEnv:
 def more_names(env: Mapping[str, str]) -> Tuple[str, ...]:
     """FORWARD_ENV's names (blanks or commas between them), as the launch script reads it."""
     words = env.get(FORWARD.variable, "").replace(",", " ").split()
-    return tuple(w for w in words if _NAME.fullmatch(w))
+    return tuple(w for w in words if ENV_NAME.fullmatch(w))
 
 
 def job_env(ctx: Ctx, ompi_version: str) -> JobEnv:
