@@ -530,3 +530,15 @@ def test_bandwidth_with_here_is_bad_input(capsys):
                "--bandwidth"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "--bandwidth" in err[0] and "Traceback" not in err[0]
+
+
+def test_hostnames_that_ran_together_each_count():
+    """`mpirun hostname` under load: one rank's name, another's, then both newlines."""
+    from hpcwizard.verify.parse import host_lines
+
+    names = ["node1", "node8", "node10", "node100"]
+    text = "node1node8\r\n\r\nnode10node100\nnode1\nWarning: setpgid\n"
+    assert host_lines(text, names) == ["node1", "node8", "node10", "node100", "node1"]
+    assert host_lines("node10node1\n", names) == ["node10", "node1"]
+    assert host_lines("node1node9\n", names) == ["node1node9"]  # not all known: as printed
+    assert host_lines("node1node8\n") == ["node1node8"]  # nothing expected: as printed

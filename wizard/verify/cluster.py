@@ -108,7 +108,7 @@ def check_mpirun(ctx: Ctx, host: str = "") -> Check:
     hf = ctx.write_temp("hostfile", _hostfile(ctx, names))
     r = ctx.ask(Mpirun(hf, n, (*_mpirun_args(ctx), "--map-by", "node"), ("hostname",),
                        user=ctx.user))
-    ranks = host_lines(r.out) if r.ok else []
+    ranks = host_lines(r.out, names) if r.ok else []
     got = sorted({short(x) for x in ranks})
     want = sorted({short(x) for x in names})
     ok = r.ok and len(ranks) == n and got == want

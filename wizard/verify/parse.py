@@ -77,10 +77,40 @@ def address_of(getent_out: str) -> str:
 _HOST_LINE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})")
 
 
-def host_lines(text: str) -> List[str]:
+def host_lines(text: str, names: Sequence[str] = ()) -> List[str]:
     """`mpirun hostname`'s answers: one host name a line; anything else is mpirun's own
-    chatter (a setpgid warning of plm:rsh under load, say), not a rank's answer."""
-    return [ln.strip() for ln in text.splitlines() if _HOST_LINE.fullmatch(ln.strip())]
+    chatter (a setpgid warning of plm:rsh under load, say), not a rank's answer. A line that
+    is two or more of the expected names run together (mpirun forwards a rank's text and
+    its newline as two pieces, and another rank's text can come between) counts as each."""
+    known = {short(n) for n in names}
+    out: List[str] = []
+    for line in text.splitlines():
+        word = line.strip()
+        if not _HOST_LINE.fullmatch(word):
+            continue
+        parts = None if short(word) in known else _joined(word.lower(), known)
+        out.extend(parts or [word])
+    return out
+
+
+def _joined(word: str, known: "set[str]") -> List[str]:
+    """word as a run of known names ("node1node12" -> node1, node12), [] when it is not."""
+    if not word:
+        return []
+    for end in range(len(word), 0, -1):
+        head = word[:end]
+        if head in known:
+            rest = word[end:]
+            tail = _joined(rest, known) if rest else []
+            if not rest or tail:
+                return [head, *tail]
+    return []
+
+
+def marked(text: str, mark: str) -> List[str]:
+    """What follows each `mark` up to the end of its line: each rank's answer, also where
+    two ranks' lines ran together (one's text, then the other's, then the newlines)."""
+    return [chunk.split("\n", 1)[0] for chunk in text.split(mark)[1:]]
 
 
 def parse_torch_probe(lines: Sequence[str]) -> Dict[str, object]:
@@ -96,8 +126,7 @@ def parse_allreduce(text: str) -> List[Dict[str, str]]:
     """Each rank's 'HPCWIZARD-ALLREDUCE rank=0 size=4 ...' as a dict, also where two ranks'
     lines ran together (one's text, then the other's, then the newlines)."""
     out = []
-    for chunk in text.split("HPCWIZARD-ALLREDUCE ")[1:]:
-        fields = chunk.split("\n", 1)[0]
+    for fields in marked(text, "HPCWIZARD-ALLREDUCE "):
         out.append(dict(kv.split("=", 1) for kv in fields.split() if "=" in kv))
     return out
 

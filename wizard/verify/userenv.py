@@ -16,7 +16,7 @@ from ..i18n import _
 from .cluster import _hostfile, _mpirun_args, mpi_setup
 from .context import Ctx, _check, _skip
 from .jobenv import JobEnv, job_env
-from .parse import short
+from .parse import marked, short
 from .probes import Mpirun
 from .results import PASS, Check
 from .spec import Spec
@@ -39,10 +39,7 @@ class RankEnv:
 def rank_envs(text: str) -> List[RankEnv]:
     """The ranks' lines (MARK, then JSON) -> what each said; other lines are mpirun's."""
     out = []
-    for line in text.splitlines():
-        _pre, sep, rest = line.partition(MARK)
-        if not sep:
-            continue
+    for rest in marked(text, MARK):
         try:
             d = json.loads(rest)
         except ValueError:
