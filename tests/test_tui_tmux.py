@@ -6,13 +6,15 @@ HPCWIZARD_FACTS (a testing/demo aid of run_tui): a GPU+IB machine, user without 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List
+from typing import Dict, List
 
 import pytest
 
@@ -64,6 +66,59 @@ class Tmux:
                        stderr=subprocess.DEVNULL, timeout=10)
 
 
+SGR = re.compile(r"\x1b\[([0-9;]*)m")
+
+
+@dataclass
+class RadioRow:
+    dots: Dict[str, str] = field(default_factory=dict)  # label -> its ●'s colour
+    focused: str = ""  # the label drawn bold: the highlighted value of the focused set
+
+
+def styled_chars(line: str):
+    """(character, foreground colour, bold) for each character of a `capture-pane -e` line."""
+    colour, bold, pos = "", False, 0
+    for m in [*SGR.finditer(line), None]:
+        for ch in line[pos:m.start() if m else len(line)]:
+            yield ch, colour, bold
+        if m is None:
+            return
+        pos = m.end()
+        codes = iter(m.group(1).split(";"))
+        for code in codes:
+            if code in ("", "0"):
+                colour, bold = "", False
+            elif code == "1":
+                bold = True
+            elif code == "22":
+                bold = False
+            elif code == "39":
+                colour = ""
+            elif code in ("38", "48") and next(codes, "") == "5":
+                value = next(codes, "")
+                colour = value if code == "38" else colour
+
+
+def radio_row(styled: str, name: str) -> RadioRow:
+    """The RadioSet on the line that starts with name: a picked value's ● has another colour
+    than the others', and only the focused set draws its highlighted value in bold."""
+    row = RadioRow()
+    line = next((ln for ln in styled.split("\n") if SGR.sub("", ln).strip().startswith(name)),
+                "")
+    buttons = []  # [dot colour, label, bold]
+    for ch, colour, bold in styled_chars(line):
+        if ch == "●":
+            buttons.append([colour, "", False])
+        elif buttons and ch.isalnum():
+            buttons[-1][1] += ch
+            buttons[-1][2] |= bold
+    for dot, label, bold in buttons:
+        row.dots[label] = dot
+        if bold:
+            row.focused = label
+    return row
+
+
 @pytest.fixture
 def tmux(tmp_path):
     t = Tmux(tmp_path)
@@ -84,9 +139,27 @@ def test_headline_flow_in_tmux_writes_the_launch_script(tmux, tmp_path):
     assert time.monotonic() - started < 10
     tmux.keys("Enter")
     tmux.wait_for("2/6 Choose")
-    tmux.keys("Tab", "Right", "Enter")  # network: InfiniBand
+    # Each key once the screen is in the state that key is for: the first keys of a fresh
+    # screen otherwise race its focus, and a lost one is seen only two screens later.
+    tmux.wait_until(lambda s: radio_row(s, "Framework").focused == "MPI", "Framework focused",
+                    styles=True)
+    tmux.keys("Tab")
+    tmux.wait_until(lambda s: radio_row(s, "Network").focused == "TCP", "Network focused",
+                    styles=True)
+    tmux.keys("Right")
+    tmux.wait_until(lambda s: radio_row(s, "Network").focused == "InfiniBand",
+                    "InfiniBand highlighted", styles=True)
+    tmux.keys("Enter")
+
+    def infiniband_picked(shown: str) -> bool:
+        pressed = radio_row(shown, "Framework").dots["MPI"]  # MPI stays picked
+        dots = radio_row(shown, "Network").dots
+        return dots.get("InfiniBand") == pressed != dots.get("TCP")
+
+    tmux.wait_until(infiniband_picked, "InfiniBand picked", styles=True)
     tmux.keys("C-n")
     shown = tmux.wait_for("3/6 Recommend")
+    assert "MPI over InfiniBand" in shown
     assert "Recommended: start the job from the preset image" in shown
     assert "esx-batchcom/openmpi-ib:v1" in shown
     assert "cannot use sudo" in shown  # the reason
