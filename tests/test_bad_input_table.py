@@ -91,6 +91,9 @@ CASES: Dict[str, Case] = {
                                   {}),
     "hosts-leading-dash-second": (VERIFY + ["--hosts", "node1,-oProxyCommand"], {}, {}),
     "env-hosts-leading-dash": (VERIFY, {"HOSTS": "-v"}, {}),
+    # the launch script refuses such a word before sshd starts; verify before its checks
+    "env-forward-env-not-a-name": (VERIFY + ["--hosts", "node1,node2"],
+                                   {"FORWARD_ENV": "HF_HOME;touch {tmp}/pwned"}, {}),
     "user-leading-dash": (APPLY + ["--user=-v"], {}, {}),
     # the job's hosts the SSH client settings are derived from (no --peers)
     "env-hosts-for-peers-shell": (PLAN, {"HOSTS": "node1;touch {tmp}/pwned"}, {}),
@@ -353,6 +356,7 @@ def test_cli_bad_input(case: str, tmp_path: Path) -> None:
 
 # what some refusals must say (the table above holds them to one line and exit 2)
 SAYS = {
+    "env-forward-env-not-a-name": "FORWARD_ENV: 'HF_HOME;touch' is not a variable name",
     "export-under-a-file": "/f is not a directory: ",
     "peers-leading-dash": "not starting with '-'",
     "record-under-a-file": "/f is not a directory",

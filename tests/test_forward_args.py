@@ -14,6 +14,7 @@ import pytest
 
 from hpcwizard import runtime
 from hpcwizard.job import FORWARD
+from hpcwizard.validate import BadInput
 from hpcwizard.verify import probes as P
 from hpcwizard.verify.jobenv import JobEnv, more_names, parse
 
@@ -135,5 +136,9 @@ def test_mpirun_args_keep_what_is_passed_already():
 
 
 def test_forward_env_words_as_the_launch_script_splits_them():
-    assert more_names({"FORWARD_ENV": "HF_HOME, WANDB_MODE\tA;B 1X"}) == ("HF_HOME", "WANDB_MODE")
+    assert more_names({"FORWARD_ENV": "HF_HOME, WANDB_MODE\tA_1"}) == (
+        "HF_HOME", "WANDB_MODE", "A_1")
     assert more_names({}) == ()
+    for bad in ("A;B", "1X", "HF_HOME $(id)", "A-B"):
+        with pytest.raises(BadInput, match="FORWARD_ENV: .* is not a variable name"):
+            more_names({"FORWARD_ENV": bad})

@@ -32,6 +32,7 @@ from ..runtime import discover, rank_of
 from ..session import Session, ask_sudo_password, sudo_once, write_export
 from ..validate import BadInput
 from ..verify import verify
+from ..verify.jobenv import more_names
 from ..verify.pairwise import fleet
 from .detect import facts_here
 
@@ -275,6 +276,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
             rank_of(hosts.names, os.environ, hosts.rank_var)
     if args.fleet:
         return _fleet(args, choices, hosts, jobs)
+    if vocab.uses_ssh(choices.framework):
+        more_names(os.environ)  # FORWARD_ENV refused here as the launch script refuses it
     facts, plan = _plan(args, choices)
     report = verify(plan, facts, hosts, max_workers=jobs, bandwidth=args.bandwidth)
     if args.json:

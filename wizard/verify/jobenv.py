@@ -9,8 +9,11 @@ from dataclasses import dataclass
 from typing import Mapping, Optional, Tuple
 
 from .. import runtime
+from ..i18n import _
 from ..job import FORWARD
+from ..safe_text import cut
 from ..render.shell import ENV_NAME  # the launch script refuses other words; verify skips them
+from ..validate import BadInput
 from .context import Ctx
 from .probes import JobEnvironment
 
@@ -59,9 +62,15 @@ def parse(text: str) -> JobEnv:
 
 
 def more_names(env: Mapping[str, str]) -> Tuple[str, ...]:
-    """FORWARD_ENV's names (blanks or commas between them), as the launch script reads it."""
+    """FORWARD_ENV's names (blanks or commas between them), as the launch script reads it;
+    a word that is no variable name is refused as the launch script refuses it."""
     words = env.get(FORWARD.variable, "").replace(",", " ").split()
-    return tuple(w for w in words if ENV_NAME.fullmatch(w))
+    for word in words:
+        if not ENV_NAME.fullmatch(word):
+            raise BadInput(_("{variable}: {word!r} is not a variable name (letters, digits and "
+                             "_, not first a digit)").format(variable=FORWARD.variable,
+                                                            word=cut(word)))
+    return tuple(words)
 
 
 def job_env(ctx: Ctx, ompi_version: str) -> JobEnv:
@@ -69,7 +78,11 @@ def job_env(ctx: Ctx, ompi_version: str) -> JobEnv:
     runtime cannot answer (nothing is then added to verify's mpirun)."""
     if ctx.job_env is None:
         names = tuple(n for n in FORWARD.names if n not in ctx.plan.job.passed)
-        r = ctx.ask(JobEnvironment(runtime.library(), names, FORWARD.prefixes,
-                                   more_names(os.environ), ompi_version, user=ctx.user))
+        try:
+            more = more_names(os.environ)
+        except BadInput:  # the CLI refused it before the checks; the wizard's verify goes on
+            more = ()
+        r = ctx.ask(JobEnvironment(runtime.library(), names, FORWARD.prefixes, more,
+                                   ompi_version, user=ctx.user))
         ctx.job_env = parse(r.out) if r.ok else JobEnv()
     return ctx.job_env
