@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 # how a line of the verification looks, by its role (report_verify.check_lines)
 ROLE_STYLE = {"pass": "green", "fail": "bold red", "skip": "dim", "ran": "dim",
-              "explain": "", "cause": "yellow", "fix": "cyan"}
+              "explain": "", "cause": "yellow", "fix": "cyan", "from": "dim"}
 
 
 def _hosts_from_text(text: str) -> Optional[Hosts]:

@@ -367,3 +367,19 @@ def test_ctrl_c_during_verify_ends_it_at_once_and_kills_its_commands(tmp_path):
     assert "interrupted" in err and "Traceback" not in err
     for pid in pids.read_text().split():
         assert _live_in_group(int(pid)) == [], f"getent {pid} outlived the Ctrl+C"
+
+
+def test_a_diagnosis_names_the_instance_and_rank_its_line_came_from():
+    """mpirun's output names the rank that failed ([host][[job,1],rank]): the report and the
+    JSON say which, as `hpcwizard diagnose` does."""
+    from hpcwizard.report_verify import check_text
+
+    line = ("[node3][[52336,1],2][btl_tcp_endpoint.c:625:mca_btl_tcp_endpoint_recv_connect_ack]"
+            " received unexpected process identifier [[52336,1],0]")
+    hostname_run = lambda p: isinstance(p, P.Mpirun) and p.program == ("hostname",)  # noqa: E731
+    _, c, _ = run({"node1": "ok", "node2": "ok", "node3": "ok"},
+                  answers={hostname_run: (1, line + "\n")})
+    bad = c["cluster/mpirun"]
+    assert bad.status == FAIL and bad.diagnoses, bad
+    assert bad.to_dict()["diagnoses"][0]["origin"] == {"host": "node3", "rank": 2}
+    assert "from:  host node3, rank 2" in "\n".join(check_text(bad))

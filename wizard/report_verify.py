@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, List, Mapping, Optional, Tuple
 
 from .hosts import Hosts
 from .i18n import N_, _, field, ljust, width
+from .log_origin import describe
 from .safe_text import visible
 from .verify import FAIL, PASS, SKIP, Check, Report
 
@@ -15,7 +16,8 @@ if TYPE_CHECKING:
 
 _MARK = {PASS: N_("PASS"), FAIL: N_("FAIL"), SKIP: N_("skip")}
 
-# roles: "pass" | "fail" | "skip" (the check's own line), "ran", "explain", "cause", "fix"
+# roles: "pass" | "fail" | "skip" (the check's own line), "ran", "explain", "cause", "fix",
+# "from"
 Line = Tuple[str, str]
 INDENT = " " * 6  # a check's further lines, under its title
 EXPLAIN_LIMIT = 2000  # an explanation is several sentences, not one line of output
@@ -43,6 +45,8 @@ def check_lines(c: Check, verbose: bool = False) -> List[Line]:
         for d in c.diagnoses:
             out.append(("cause", _("cause: {cause}").format(cause=field(d, "cause"))))
             out.append(("fix", _("fix:   {fix}").format(fix=field(d, "fix"))))
+            if d.origin:  # which instance, rank, GPU the matched line names
+                out.append(("from", _("from:  {origin}").format(origin=visible(describe(d.origin)))))
     return out
 
 

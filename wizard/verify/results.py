@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
 from ..diagnose import Diagnosis
+from ..log_origin import as_data
 from ..hosts import Hosts
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
@@ -33,7 +34,8 @@ class Check:
                 "host": self.host, "seconds": round(self.seconds, 3),
                 "diagnoses": [{"id": d.id, "cause": d.cause, "fix": d.fix, "line": d.line,
                                "cause_zh": d.i18n.get("zh", {}).get("cause", ""),
-                               "fix_zh": d.i18n.get("zh", {}).get("fix", "")}
+                               "fix_zh": d.i18n.get("zh", {}).get("fix", ""),
+                               "origin": as_data(d.origin)}
                               for d in self.diagnoses]}
 
 
