@@ -79,3 +79,17 @@ def test_open_mpi_5_names_are_chosen_when_rendering_only():
 def test_a_job_is_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         JOB.ssh_port = 22  # type: ignore[misc]
+
+
+def test_a_job_is_frozen_all_through_and_hashable():
+    """Its environment and MCA settings keep the plan's order, cannot be changed through the
+    Job, and compare as mappings: a Job can be a key, and a copy equals it."""
+    with pytest.raises(TypeError):
+        JOB.env["UCX_TLS"] = "rc"  # type: ignore[index]
+    with pytest.raises(TypeError):
+        JOB.mca["pml"] = "ob1"  # type: ignore[index]
+    again = dataclasses.replace(JOB, env={"UCX_NET_DEVICES": "mlx5_0:1"})
+    assert again == JOB and hash(again) == hash(JOB) and {JOB: 1}[again] == 1
+    assert dataclasses.replace(JOB, mca={"pml": "ob1"}) != JOB
+    two = dataclasses.replace(JOB, env={"B": "1", "A": "2"})
+    assert list(two.env) == ["B", "A"] and two.env == {"A": "2", "B": "1"}

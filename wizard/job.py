@@ -5,7 +5,40 @@ Dockerfile's ENV, a manifest's env list), and none reads another's text back."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Tuple
+from typing import Iterable, Iterator, Mapping, Tuple, Union
+
+
+class Settings(Mapping[str, str]):
+    """name -> value in the order given, immutable and hashable: a frozen Job's environment
+    and MCA settings cannot be changed through it, and a Job can be a key."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Union[Mapping[str, str], Iterable[Tuple[str, str]]] = ()) -> None:
+        self._items: Tuple[Tuple[str, str], ...] = tuple(dict(items).items())
+
+    def __getitem__(self, name: str) -> str:
+        for key, value in self._items:
+            if key == name:
+                return value
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return (key for key, _value in self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:  # equal as mappings are equal, whatever their order
+        return hash(frozenset(self._items))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Mapping):
+            return dict(self._items) == dict(other.items())
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"Settings({dict(self._items)!r})"
 
 
 @dataclass(frozen=True)
@@ -19,16 +52,21 @@ class Job:
     host_keys: str  # pinned | off
     hosts: str = ""  # where the job's hosts come from: ssh_config patterns ('' : derived)
     # The job's environment (NCCL_*, UCX_*, GLOO_*), in the plan's order.
-    env: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=Settings)
     # Open MPI MCA settings beyond ssh's port, in Open MPI 4's names (pml): the renderer
     # adds the port's and names them for the Open MPI that runs (hpcwizard.render.mpirun).
-    mca: Mapping[str, str] = field(default_factory=dict)
+    mca: Mapping[str, str] = field(default_factory=Settings)
     # environment names mpirun passes to the ranks itself (-x), before the rest of env
     passed: Tuple[str, ...] = ()
     os_label: str = ""
     mode: str = "auto"  # the choice: auto | preset | manual
     recommended: str = ""  # the recommendation's path: preset | configure
     preset_image: str = ""  # the preset's image ('' : none for this framework and network)
+
+    def __post_init__(self) -> None:
+        # whatever mapping the plan gives becomes Settings: the Job stays frozen all through
+        object.__setattr__(self, "env", Settings(self.env))
+        object.__setattr__(self, "mca", Settings(self.mca))
 
     @property
     def mpi(self) -> bool:
