@@ -383,3 +383,22 @@ def test_a_diagnosis_names_the_instance_and_rank_its_line_came_from():
     assert bad.status == FAIL and bad.diagnoses, bad
     assert bad.to_dict()["diagnoses"][0]["origin"] == {"host": "node3", "rank": 2}
     assert "from:  host node3, rank 2" in "\n".join(check_text(bad))
+
+
+def test_hosts_given_as_addresses_pass_mpirun_by_their_own_names():
+    """SkyPilot and dstack give the instances' IP addresses; `hostname` on each prints its
+    name. Every instance answering once passes; one missing fails."""
+    ips = {"10.78.0.1": "ok", "10.78.0.2": "ok", "10.78.0.3": "ok"}
+    hostname_run = lambda p: isinstance(p, P.Mpirun) and p.program == ("hostname",)  # noqa: E731
+    login = lambda p: isinstance(p, P.SshCommand) and p.remote == "hostname"  # noqa: E731
+    report, c, _ = run(ips, answers={hostname_run: (0, "node1\nnode2\nnode3\n"),
+                                     login: (0, "node2\n")})
+    assert c["cluster/mpirun"].status == PASS, c["cluster/mpirun"].detail
+    assert "node1, node2, node3" in c["cluster/mpirun"].detail
+    # the key login's answer is the instance's name, not its address: not a stale entry
+    assert c["peer/10.78.0.2/login"].status == PASS, c["peer/10.78.0.2/login"].explain
+    assert report.ok, [x.id for x in report.checks if x.status == FAIL]
+    _, c, _ = run(ips, answers={hostname_run: (0, "node1\nnode2\n")})
+    assert c["cluster/mpirun"].status == FAIL
+    _, c, _ = run(ips, answers={hostname_run: (0, "node1\nnode1\nnode2\n")})  # twice on one
+    assert c["cluster/mpirun"].status == FAIL

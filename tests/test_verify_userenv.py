@@ -142,3 +142,26 @@ def test_ranks_whose_lines_ran_together_each_count():
     assert [r.host for r in rank_envs(together)] == ["node1", "node8", "node2"]
     report, c, _sys = run(VENV_ENV, together.replace("node8", "node3"))
     assert c[ID].status == PASS, c[ID].detail
+
+
+def test_hosts_given_as_addresses_are_judged_by_the_names_ranks_give():
+    """SkyPilot and dstack name the instances by address; each rank says its host name."""
+    ips = {"10.78.0.1": "ok", "10.78.0.2": "ok", "10.78.0.3": "ok"}
+    hostnames = "node1\nnode2\nnode3\n"
+    hostname_run = lambda p: isinstance(p, P.Mpirun) and p.program == ("hostname",)  # noqa: E731
+
+    def with_ips(rank_out):
+        sys_ = FakeSystem(ips, {P.JobEnvironment: (0, VENV_ENV), _is_env_run: (0, rank_out),
+                                hostname_run: (0, hostnames)})
+        plan = build_plan(facts(user=ROOT), make_choices(framework="mpi", network="tcp",
+                                                         mode="manual"), load_catalog())
+        report = verify(plan, facts(user=ROOT), Hosts(tuple(ips), "SKYPILOT_NODE_IPS"),
+                        system=sys_)
+        return {c.id: c for c in report.checks}
+
+    c = with_ips(ranks(("node1", VENV, "3"), ("node2", VENV, "3"), ("node3", VENV, "3")))
+    assert c[ID].status == PASS, c[ID].detail
+    c = with_ips(ranks(("node1", VENV, "3"), ("node2", "/usr", "3")))
+    assert c[ID].status == FAIL
+    assert "node2: python3 of /usr, not /opt/venv" in c[ID].detail
+    assert "1 of 3 instances: no rank answered" in c[ID].detail

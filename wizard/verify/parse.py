@@ -3,6 +3,7 @@ get`, the torch probe's line, the all-reduce's lines, and which transport the UC
 logs say was chosen. Pure functions of text, tested on recorded outputs."""
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 import re
@@ -24,6 +25,16 @@ def first_line(text: str) -> str:
 def short(name: str) -> str:
     """A host name without its domain, in lower case: how names are compared."""
     return name.split(".", 1)[0].lower()
+
+
+def is_address(name: str) -> bool:
+    """An IP address (SkyPilot and dstack give these), not a name: a rank on that instance
+    answers with its own host name, which the address does not tell."""
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 def effective(text: str) -> Dict[str, List[str]]:

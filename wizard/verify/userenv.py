@@ -16,7 +16,7 @@ from ..i18n import _
 from .cluster import _hostfile, _mpirun_args, mpi_setup
 from .context import Ctx, _check, _skip
 from .jobenv import JobEnv, job_env
-from .parse import marked, short
+from .parse import is_address, marked, short
 from .probes import Mpirun
 from .results import PASS, Check
 from .spec import Spec
@@ -54,8 +54,18 @@ def rank_envs(text: str) -> List[RankEnv]:
 def problems(env: JobEnv, names: List[str], ranks: List[RankEnv]) -> Dict[str, str]:
     """host -> what is wrong there ({} when every host's rank runs this environment's Python
     with its OMP_NUM_THREADS): another Python, the setting missing or different, no answer."""
+    out: Dict[str, str]
+    if any(is_address(n) for n in names):
+        # each rank answers with its instance's own name, which an address does not tell:
+        # judged by that name, and the instances that did not answer counted
+        out = {h: why for r in ranks for h, why in problems(env, [r.host], [r]).items()}
+        missing = len(names) - len({short(r.host) for r in ranks})
+        if missing > 0:
+            out[_("{n} of {total} instances").format(n=missing, total=len(names))] = \
+                _("no rank answered")
+        return out
     seen = {short(r.host): r for r in ranks}
-    out: Dict[str, str] = {}
+    out = {}
     for name in names:
         r = seen.get(short(name))
         if r is None:
