@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 from typing import Dict, Optional
 
@@ -374,3 +375,45 @@ def test_cli_text_says_the_node_then_the_pairs(monkeypatch, capsys, outputs):
     assert "  Port mlx5_1:1 of n2 lost its link 4 times" in text
     assert node < text.index("TCP Gb/s, row → column")
     assert "No slow node or link" in text and "instances alike" not in text
+
+
+class MeetingSystem(FakeSystem):
+    """Each health read waits until `parties` of them are in flight at once: read one after
+    another, the first would wait alone (and the barrier break at its time-out)."""
+
+    def __init__(self, peers, parties, out):
+        super().__init__(peers, here="n1")
+        self.barrier = threading.Barrier(parties, timeout=60)
+        self.broken = False
+        self.out = out
+
+    def answer(self, p):
+        try:
+            self.barrier.wait()
+        except threading.BrokenBarrierError:
+            self.broken = True
+        return 0, self.out
+
+
+def test_the_reads_run_at_once_and_never_more_than_asked(outputs):
+    from hpcwizard.catalog import load_catalog
+    from hpcwizard.choices import make_choices
+    from hpcwizard.hosts import Hosts
+    from hpcwizard.plan import build_plan
+    from hpcwizard.verify.context import Ctx
+    from hpcwizard.verify.fleetcheck import read_health
+
+    f = facts(user=ROOT)
+    plan = build_plan(f, make_choices(framework="mpi", network="tcp", mode="manual"),
+                      load_catalog())
+    system = MeetingSystem({h: "ok" for h in hosts()}, 4, outputs["healthy"])
+    v = read_health(Ctx(plan, f, system, Hosts(hosts(), "--hosts")), max_workers=4)
+    assert not system.broken and system.max_inflight == 4  # 8 hosts, 4 at a time
+    assert v.ok and list(v.read) == list(hosts())
+
+
+def test_every_kind_the_judge_names_is_a_known_one():
+    from hpcwizard.verify.healthjudge import KINDS
+
+    named = {kind for _case, _odd, found in CASES for _h, kind, _s in found}
+    assert named | {"not-read"} == set(KINDS)

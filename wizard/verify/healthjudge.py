@@ -19,13 +19,14 @@ from .nodehealth import IB_COUNTERS, GpuHealth, NodeHealth
 
 FAR = 10  # a counter above this many times the fleet's median is far above it
 FLOOR = 100  # ... and above the median by at least this much (a median of 0 is common)
+KINDS = ("not-read", "ecc-uncorrected", "retired-pending", "remap-pending", "remap-failed",
+         "link-downed", "ib-errors", "gpus-fewer", "nvlink-fewer")
 
 
 @dataclass(frozen=True)
 class Finding:
     host: str
-    kind: str  # not-read, ecc-uncorrected, retired-pending, remap-pending, remap-failed,
-    # link-downed, ib-errors, gpus-fewer, nvlink-fewer
+    kind: str  # one of KINDS
     subject: str  # what on the host: 'GPU 3 (00000000:3B:00.0)', 'mlx5_0:1'; '' the host
     seen: str  # what was read, for the report's line
     meaning: str  # what it means and what to do
