@@ -131,8 +131,9 @@ def _verify_args(v: argparse.ArgumentParser) -> None:
         "also measure the links between instances (ib_write_bw, TCP, the all_reduce's bus "
         "bandwidth) against their line rate; this loads them"))
     v.add_argument("--fleet", action="store_true", help=_(
-        "only the fleet check: TCP throughput between pairs of the job's instances, in "
-        "rounds of disjoint pairs, the slow node or link named; this loads the links"))
+        "only the fleet check: every instance's health (GPU ECC errors, NVLinks, InfiniBand "
+        "error counters) compared, then TCP throughput between pairs of the job's instances "
+        "in rounds of disjoint pairs; the odd node or slow link named; this loads the links"))
     v.add_argument("--jobs", default=None, help=_("how many hosts to check at once (default 16)"))
     v.add_argument("--json", action="store_true")
 

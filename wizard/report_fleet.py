@@ -1,6 +1,8 @@
 """verify --fleet's verdict as text: the pair matrix (a rich Table: rows send, columns
 receive, Gb/s; a slow figure marked), then one line per slow node, slow link and failed
-link, and the fleet's median. `--json` gives Verdict.to_dict() instead."""
+link, and the fleet's median; before them each node's health, one line per node named (with
+what it means and what to do under it), or one line for the instances alike. `--json` gives
+FleetVerdict.to_dict() instead."""
 from __future__ import annotations
 
 import io
@@ -12,6 +14,8 @@ from rich.table import Table
 
 from .i18n import _
 from .safe_text import visible
+from .verify.fleetcheck import FleetVerdict
+from .verify.healthjudge import HealthVerdict, summary
 from .verify.pairjudge import SLOW_FRACTION, Link, Verdict
 
 
@@ -79,3 +83,27 @@ def format_fleet(v: Verdict, color: bool = False) -> str:
                       highlight=False, emoji=False)
     console.print(matrix(v))
     return buf.getvalue() + "\n".join(verdict_lines(v)) + "\n"
+
+
+def health_lines(h: HealthVerdict) -> List[str]:
+    """'NODE node3: GPU 2 (...): 4 uncorrected ECC errors ...; mlx5_0:1: link_downed 3', each
+    meaning under it; 'NOT READ node5: ...'; or '8 instances alike: 8 GPUs, ...'."""
+    out: List[str] = []
+    for host, findings in h.named().items():
+        unread = [f for f in findings if f.kind == "not-read"]
+        if unread:
+            out.append(visible(_("NOT READ {host}: {line}").format(
+                host=host, line=unread[0].seen)))
+        else:
+            out.append(visible(_("NODE {host}: {seen}").format(
+                host=host, seen="; ".join(f.seen for f in findings))))
+        out += ["  " + visible(m) for m in dict.fromkeys(f.meaning for f in findings)]
+    if h.ok:
+        out.append(_("{n} instances alike: {what}").format(n=len(h.hosts),
+                                                           what=summary(h) or "?"))
+    return out
+
+
+def format_fleet_check(v: FleetVerdict, color: bool = False) -> str:
+    """verify --fleet's text: the nodes' health, then the pairs."""
+    return "\n".join(health_lines(v.health)) + "\n\n" + format_fleet(v.pairs, color)

@@ -26,14 +26,14 @@ from ..inputs import number
 from ..plan import Plan, build_plan
 from ..record import Record, new_record_path
 from ..report import ConsoleSink, file_diffs, format_dry_run, format_plan, format_recommendation
-from ..report_fleet import format_fleet
+from ..report_fleet import format_fleet_check
 from ..report_verify import format_report, keep_in_record
 from ..runtime import discover, rank_of
 from ..session import Session, ask_sudo_password, sudo_once, write_export
 from ..validate import BadInput
 from ..verify import verify
+from ..verify.fleetcheck import check_fleet
 from ..verify.jobenv import more_names
-from ..verify.pairwise import fleet
 from .detect import facts_here
 
 
@@ -295,19 +295,19 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _fleet(args: argparse.Namespace, choices: Choices, hosts: Optional[Hosts], jobs: int) -> int:
-    """verify --fleet: the pair rounds alone, as a matrix or JSON; a record gives the
-    choices (user, port) and keeps verify's checks, not these."""
+    """verify --fleet: every instance's health, then the pair rounds, as text (a matrix) or
+    JSON; a record gives the choices (user, port) and keeps verify's checks, not these."""
     if args.bandwidth:
         raise BadInput(_("--fleet is a check of its own: leave out --bandwidth"))
     if hosts is None or len(hosts.names) < 2:
         raise BadInput(_("--fleet measures between the job's instances: give at least two "
                          "with --hosts or --hostfile"))
     facts, plan = _plan(args, choices)
-    verdict = fleet(plan, facts, hosts, max_workers=jobs)
+    verdict = check_fleet(plan, facts, hosts, max_workers=jobs)
     if args.json:
         print(json.dumps(verdict.to_dict(), indent=2, ensure_ascii=False))
     else:
-        print(format_fleet(verdict, color=sys.stdout.isatty()), end="")
+        print(format_fleet_check(verdict, color=sys.stdout.isatty()), end="")
     return EXIT_OK if verdict.ok else EXIT_FAILED
 
 

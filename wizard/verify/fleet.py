@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 from ..diagnose import explain
 from ..i18n import _
@@ -23,6 +23,7 @@ from .results import FAIL, PASS, Check
 from .shipped import program
 
 IB_FACTS = "ib_facts.sh"
+V = TypeVar("V")
 
 
 def script() -> str:
@@ -157,23 +158,34 @@ def _ports_value(ports: Sequence[IbPort]) -> str:
     return ", ".join(f"{r:g}" for r in rates) + " Gb/s"
 
 
+def odd_hosts(values: Dict[str, V]) -> Tuple[Optional[V], Dict[str, V]]:
+    """(the value most hosts have, the hosts whose value differs from it, in order): (that
+    value, {}) when every host has it; (None, every host's) when no value is the most
+    common (two hosts that differ: which one is odd cannot be told)."""
+    counts = Counter(values.values())
+    if len(counts) < 2:
+        return next(iter(counts), None), {}
+    (usual, n), (_second, m) = counts.most_common(2)
+    if n == m:
+        return None, dict(values)
+    return usual, {h: v for h, v in values.items() if v != usual}
+
+
 def odd_one_out(what: str, values: Dict[str, str]) -> str:
     """'' when every host has the same value; else the hosts that differ from the most common
     value named ("node3: UCX 1.15.0, the others 1.16.0"), or, with no most common one, each
     host's ("UCX differs: node1 1.16.0, node2 1.15.0")."""
-    counts = Counter(values.values())
-    if len(counts) < 2:
+    usual, odd = odd_hosts(values)
+    if not odd:
         return ""
-    (usual, n), (_second, m) = counts.most_common(2)
-    if n == m:
+    if usual is None:
         return _("{what} differs: {values}").format(
             what=what, values=", ".join(f"{h} {v}" for h, v in values.items()))
-    odd = [v for v in counts if v != usual]
     return "; ".join(
         _("{hosts}: {what} {value}, the others {usual}").format(
-            hosts=", ".join(h for h, x in values.items() if x == v), what=what, value=v,
+            hosts=", ".join(h for h, x in odd.items() if x == v), what=what, value=v,
             usual=usual)
-        for v in odd)
+        for v in dict.fromkeys(odd.values()))
 
 
 def compared(ctx: Ctx) -> List[Tuple[str, Callable[[IbFacts], str]]]:

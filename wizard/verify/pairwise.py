@@ -30,10 +30,14 @@ MIB = 4096  # more than SECONDS carries on these links: the time ends each test
 def fleet(plan: Plan, facts: Facts, hosts: Hosts, system: Optional[System] = None,
           max_workers: int = 16, seed: Optional[int] = None) -> Verdict:
     """Measure the rounds' pairs (at most max_workers directions at once) and judge them."""
-    system = system or System()
-    ctx = Ctx(plan, facts, system, hosts)
+    return measure(Ctx(plan, facts, system or System(), hosts), max_workers, seed)
+
+
+def measure(ctx: Ctx, max_workers: int = 16, seed: Optional[int] = None) -> Verdict:
+    """fleet() with the fleet check's Ctx (fleetcheck.py reads each instance's health with
+    the same one first)."""
     t0 = time.monotonic()
-    names = list(hosts.names)
+    names = list(ctx.names)
     here = ctx.here_name()
     for h in names:  # once, before the threads share the cache
         _address(ctx, h)

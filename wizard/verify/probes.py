@@ -252,6 +252,24 @@ class ReadIbFacts(Probe):
         return ssh_argv(self.user, self.port, self.host, shlex.join(args))
 
 
+@dataclass(frozen=True)
+class ReadHealth(Probe):
+    """The fleet check's health program (programs/health.sh, as shell text) run with bash
+    here (host "") or on host over SSH: `bash -c SCRIPT health ROOT`, read-only."""
+    script: str
+    host: str = ""
+    port: int = 0
+    user: str = ""
+    root: str = "/"
+    timeout = 100.0  # the program bounds each of its three nvidia-smi runs at 30 s
+
+    def argv(self) -> Tuple[str, ...]:
+        args = ("bash", "-c", self.script, "health", self.root)
+        if not self.host:
+            return (*as_user(self.user), *args)
+        return ssh_argv(self.user, self.port, self.host, shlex.join(args))
+
+
 # --- files of verify's own ----------------------------------------------------------------
 
 
