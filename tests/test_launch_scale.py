@@ -1,11 +1,16 @@
 """The launch script at many instances (issue 31): a worker waits for the first instance
 only, the first instance waits for its workers side by side, tells every worker the end of
-the job side by side with retries and names the ones it could not tell, and a worker whose
-first instance is gone ends by itself. Run with the fake commands of test_launch.py."""
+the job side by side with retries and names the ones it could not tell, a worker whose
+first instance is gone ends by itself, and one its word does not reach asks for the
+record of this run's end. Run with the fake commands of test_launch.py."""
 import subprocess
+import time
+
+import pytest
 
 from test_launch import HOSTS, _fakes, _run, plan
 
+from hpcwizard import runtime
 from hpcwizard.export import launch_script
 
 
@@ -142,3 +147,125 @@ def test_a_worker_with_first_gone_after_zero_waits_for_worker_timeout(tmp_path):
     assert proc.returncode == 2, err
     assert err.strip().splitlines()[-1].endswith(
         "the job did not end within 3s (WORKER_TIMEOUT)"), err
+
+
+# --- the end of the job kept on the first instance, asked for by a worker not told ---------
+
+def _first_over_ssh(tmp_path, fk, fails: bool = False):
+    """ssh as the first instance answers it: the remote command runs with sh in the first
+    instance's home (its own directory here); each call logged. fails: every call fails as
+    an unreachable host does."""
+    first_home = tmp_path / "first-home"
+    (first_home / ".hpcwizard/launch").mkdir(parents=True)
+    body = (f'echo "ssh $*" >> {fk["log"]}\n'
+            + ('echo "ssh: connect to host node01 port 2222: No route to host" >&2; exit 255\n'
+               if fails else f'cd {first_home} && exec sh -c "${{@: -1}}"\n'))
+    (tmp_path / "bin/ssh").write_text("#!/bin/bash\n" + body)
+    return first_home / ".hpcwizard/launch/end.node01"
+
+
+def _asks(fk) -> int:
+    return sum(1 for c in _calls(fk) if c.startswith("ssh ") and "end.node01" in c)
+
+
+def _wait_until(cond, limit: float = 30) -> None:
+    deadline = time.monotonic() + limit
+    while not cond():
+        assert time.monotonic() < deadline, "the state did not come"
+        time.sleep(0.1)
+
+
+def test_the_first_instance_keeps_the_jobs_status_before_it_tells(tmp_path):
+    """The record is written whole, private, before the first worker is told: a worker
+    not told can read it as soon as the first instance knows it."""
+    fk = _fakes(tmp_path, "node01", HOSTS)
+    run_dir = fk["home"] / ".hpcwizard/launch"
+    (tmp_path / "bin/ssh").write_text(
+        f'#!/bin/bash\necho "tell $7 sees $(cat {run_dir}/end.node01)" >> {fk["log"]}\n')
+    (tmp_path / "bin/mpirun").write_text("#!/bin/bash\nexit 5\n")
+    env = {**fk["env"], "HOSTS": "node01,node02,node03"}
+    before = int(time.time())
+    r = _run(tmp_path, launch_script(plan("mpi", "tcp")), env, ["--", "hostname"])
+    assert r.returncode == 5, r.stderr
+    record = run_dir / "end.node01"
+    status, written = record.read_text().split()
+    assert status == "5" and before <= int(written) <= time.time(), record.read_text()
+    assert record.stat().st_mode & 0o077 == 0
+    told = [c for c in _calls(fk) if c.startswith("tell ")]
+    assert sorted(told) == [f"tell {h} sees 5 {written}" for h in ("node02", "node03")], told
+
+
+def test_a_worker_not_told_asks_the_first_instance_and_ends_with_the_jobs_status(tmp_path):
+    """The first instance answers on its port but its word never comes: the worker asks
+    for the record, passes over an earlier run's (written before this worker started),
+    and ends with this run's status once it is there."""
+    fk = _fakes(tmp_path, "node02", HOSTS)
+    record = _first_over_ssh(tmp_path, fk)
+    record.write_text(f"7 {int(time.time()) - 100}\n")  # an earlier run's
+    env = {**fk["env"], "HOSTS": "node01,node02", "FIRST_GONE_AFTER": "3"}
+    proc, seen = _worker_waiting(tmp_path, env)
+    _wait_until(lambda: _asks(fk) >= 2)
+    assert proc.poll() is None, "".join(seen)
+    record.write_text(f"5 {int(time.time())}\n")
+    _, err = proc.communicate(timeout=30)
+    err = "".join(seen) + err
+    assert proc.returncode == 5, err
+    assert err.strip().splitlines()[-1].endswith(
+        "the job ended with status 5 (from node01's record: it could not tell this instance)"), err
+    assert "could not ask" not in err
+
+
+def test_a_worker_that_cannot_ask_says_so_once_and_still_takes_the_marker(tmp_path):
+    fk = _fakes(tmp_path, "node02", HOSTS)
+    _first_over_ssh(tmp_path, fk, fails=True)
+    env = {**fk["env"], "HOSTS": "node01,node02", "FIRST_GONE_AFTER": "3"}
+    proc, seen = _worker_waiting(tmp_path, env)
+    _wait_until(lambda: _asks(fk) >= 3)
+    (fk["home"] / ".hpcwizard/launch/done.node02").write_text("4\n")
+    _, err = proc.communicate(timeout=30)
+    err = "".join(seen) + err
+    assert proc.returncode == 4, err
+    failed = [ln for ln in err.splitlines() if "could not ask node01" in ln]
+    assert len(failed) == 1 and failed[0].endswith(
+        "(ssh to node01 failed: ssh: connect to host node01 port 2222: No route to host); "
+        "asking again about every 3s"), err
+
+
+def test_a_worker_asks_no_more_often_than_its_period(tmp_path):
+    """At 40 hosts and FIRST_GONE_AFTER=1 the period is N/4 = 10 s: in the first 5 s the
+    worker, which probes the port every second, asks at most once."""
+    hosts = {f"n{i:02d}": f"10.0.1.{i}" for i in range(40)}
+    fk = _fakes(tmp_path, "n01", hosts)
+    _first_over_ssh(tmp_path, fk)
+    _probe_log(tmp_path, fk)
+    env = {**fk["env"], "HOSTS": "n{00..39}", "FIRST_GONE_AFTER": "1"}
+    proc = subprocess.Popen(["bash", str(_script(tmp_path)), "--", "hostname"], env=env,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_until(lambda: sum(1 for c in _calls(fk) if c == "probe n00") >= 6)
+        assert sum(1 for c in _calls(fk) if c.startswith("ssh ")) <= 1, _calls(fk)
+    finally:
+        proc.kill()
+        proc.communicate()
+
+
+@pytest.mark.parametrize("record, since, want", [
+    (None, 100, (1, "")),               # the job runs: no record yet
+    ("3 {now}", 100, (0, "3")),         # written after the worker started
+    ("3 {old}", 100, (1, "")),          # an earlier run's: older than the worker's wait
+    ("3 {now}", 1, (1, "")),            # within the clocks' slack of the worker's start
+    ("x y", 100, (2, "")),              # not a record: no answer
+])
+def test_asking_for_the_record_tells_this_runs_from_an_earlier_ones(tmp_path, record, since,
+                                                                    want):
+    fk = _fakes(tmp_path, "node02", HOSTS)
+    path = _first_over_ssh(tmp_path, fk)
+    now = int(time.time())
+    if record is not None:
+        path.write_text(record.format(now=now, old=now - 200) + "\n")
+    script = (runtime.library() + "\nrc=0\n"
+              f"hw_rt_end_ask node01 2222 .hpcwizard/launch {since} || rc=$?\n"
+              'printf "%s|%s" "$rc" "$HW_RT_END_STATUS"\n')
+    r = subprocess.run(["bash", "-c", script], env=fk["env"], capture_output=True, text=True,
+                       timeout=30)
+    assert r.stdout == f"{want[0]}|{want[1]}", r.stderr
