@@ -3,6 +3,7 @@ only, the first instance waits for its workers side by side, tells every worker 
 the job side by side with retries and names the ones it could not tell, a worker whose
 first instance is gone ends by itself, and one its word does not reach asks for the
 record of this run's end. Run with the fake commands of test_launch.py."""
+import re
 import subprocess
 import time
 
@@ -269,3 +270,22 @@ def test_asking_for_the_record_tells_this_runs_from_an_earlier_ones(tmp_path, re
     r = subprocess.run(["bash", "-c", script], env=fk["env"], capture_output=True, text=True,
                        timeout=30)
     assert r.stdout == f"{want[0]}|{want[1]}", r.stderr
+
+
+def test_the_first_instance_says_where_its_time_went(tmp_path):
+    """One line before the last: the workers' sshd, mpirun's start and run, and the telling,
+    each as long as it took (a 1 s job, a 0.5 s ssh per worker)."""
+    fk = _fakes(tmp_path, "node01", HOSTS)
+    (tmp_path / "bin/mpirun").write_text("#!/bin/bash\nsleep 1\n")
+    (tmp_path / "bin/ssh").write_text("#!/bin/bash\nsleep 0.5\n")
+    env = {**fk["env"], "HOSTS": "node01,node02,node03,node07"}
+    r = _run(tmp_path, launch_script(plan("mpi", "tcp")), env, ["--", "hostname"])
+    assert r.returncode == 0, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    m = re.fullmatch(r"launch\[node01\]: times: the workers' sshd ready after (\S+)s, mpirun "
+                     r"started after (\S+)s and ran (\S+)s, telling 3 workers took (\S+)s; "
+                     r"(\S+)s in all", last)
+    assert m, last
+    ready, started, ran, told, total = map(float, m.groups())
+    assert ready <= started and 1.0 <= ran < 5 and 0.5 <= told < 3, last
+    assert started + ran + told <= total + 0.2, last

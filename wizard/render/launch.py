@@ -37,6 +37,11 @@ LAUNCH_NAME = EXPORT_FILE_NAMES["launch"]
 _BODY = r'''
 log() { printf 'launch[%s]: %s\n' "${ME:-$(hostname)}" "$*" >&2; }
 die() { log "$*"; exit 2; }
+# clock VAR: microseconds (bash's EPOCHREALTIME, whose point is the locale's), for the line
+# that says where the first instance's time went
+clock() { local t=${EPOCHREALTIME:-$SECONDS.000000}; printf -v "$1" '%s' "${t//[.,]/}"; }
+# shellcheck disable=SC2034  # the MPI launch reads it
+clock T_START
 
 usage() {
   printf 'usage: %s [--hosts a,b,c | --hostfile FILE] [--] PROGRAM [ARGS...]\n' "${0##*/}"
@@ -176,6 +181,7 @@ else
     hw_rt_wait "$1" "$WAIT_TRIES" "$PORT" || { printf '%s\n' "$HW_RT_ERROR" > "$RUN_DIR/wait.$1"; return 1; }
   }
   par "$AT_ONCE" wait_port "${NAMES[@]:1}"
+  clock T_READY
   if [ "${#PAR_FAILED[@]}" -gt 0 ]; then
     first_error=$(cat "$RUN_DIR/wait.${PAR_FAILED[0]}" 2>/dev/null) || first_error="${PAR_FAILED[0]}: not ready"
     if [ "${#PAR_FAILED[@]}" -gt 1 ]; then
@@ -321,12 +327,14 @@ log "to every rank (mpirun -x): ${GIVEN[*]-}"
 # The program as the shell would read it back: its quoting kept, control characters escaped.
 printf -v SHOWN ' %q' "$@"
 log "mpirun${OMPI_VERSION:+ (Open MPI $OMPI_VERSION)} -np $NP on ${NAMES[*]}:$SHOWN"
+clock T_MPIRUN
 set +e
 mpirun ${PREFIX_ARGS[@]+"${PREFIX_ARGS[@]}"} --hostfile "$HOSTFILE_OUT" -np "$NP" ${ROOT_ARGS[@]+"${ROOT_ARGS[@]}"} \
   ${MPIRUN_ARGS[@]+"${MPIRUN_ARGS[@]}"} ${IFACE_ARGS[@]+"${IFACE_ARGS[@]}"} \
   ${X_ARGS[@]+"${X_ARGS[@]}"} "$@"
 rc=$?
 set -e
+clock T_JOB
 # The end of the job: kept here first, for a worker this instance cannot tell to ask for;
 # then to every worker, AT_ONCE at a time, each tried TELL_TRIES times. A worker not told
 # asks for the record, or ends by itself (FIRST_GONE_AFTER, WORKER_TIMEOUT); this instance
@@ -345,6 +353,11 @@ tell() {
   done
 }
 par "$AT_ONCE" tell "${NAMES[@]:1}"
+clock T_TOLD
+secs() { printf '%d.%ds' $((($2 - $1) / 1000000)) $((($2 - $1) / 100000 % 10)); }
+log "times: the workers' sshd ready after $(secs "$T_START" "$T_READY")," \
+  "mpirun started after $(secs "$T_START" "$T_MPIRUN") and ran $(secs "$T_MPIRUN" "$T_JOB")," \
+  "telling $((N - 1)) workers took $(secs "$T_JOB" "$T_TOLD"); $(secs "$T_START" "$T_TOLD") in all"
 if [ "${#PAR_FAILED[@]}" -gt 0 ]; then
   # The job's own failure is its status; a job that ran well exits 3 all the same, so that
   # whoever watches this instance learns that workers wait on (until FIRST_GONE_AFTER or
