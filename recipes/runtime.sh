@@ -14,7 +14,7 @@
 #   hw_rt_write_hostfile FILE SLOTS NAME...          'NAME slots=N' lines
 #   hw_rt_end_record FILE STATUS                     the first instance's record of the end
 #   hw_rt_end_tell HOST PORT STATUS DIR              a worker's end-of-job marker, over ssh
-#   hw_rt_end_ask HOST PORT DIR SINCE                -> HW_RT_END_STATUS, from HOST's record
+#   hw_rt_end_ask HOST PORT DIR WAITED               -> HW_RT_END_STATUS, from HOST's record
 #   hw_rt_iface VAR VALUE                            interfaces or subnets -> HW_RT_VALUE
 #   hw_rt_address VAR VALUE                          a host name or address -> HW_RT_VALUE
 #   hw_rt_port VAR VALUE                             a TCP port -> HW_RT_VALUE
@@ -895,14 +895,18 @@ hw_rt_write_hostfile() {
 # status on itself (DIR/end.FIRST, hw_rt_end_record) and tells each worker
 # (DIR/done.WORKER there, hw_rt_end_tell); a worker its word does not reach asks for the
 # record (hw_rt_end_ask). DIR is relative to the user's home on both sides (ssh logs in
-# there). A record holds 'STATUS EPOCH', the epoch by the first instance's clock: a worker
-# compares the record's age with its own wait, two durations, so no two clocks are compared
-# and an earlier run's record is never taken for this one's.
+# there). A record holds 'STATUS MICROSECONDS', the time by the first instance's clock: a
+# worker compares the record's age with its own wait, two durations in microseconds, so no
+# two clocks are compared and an earlier run's record is never taken for this one's. Where
+# a clock has only whole seconds, each side errs towards calling a record older.
 
 # hw_rt_end_record FILE STATUS: the record, written whole (never read half written).
 # shellcheck disable=SC2317,SC2329  # the MPI launch uses it; PyTorch's and verify do not
 hw_rt_end_record() {
-  (umask 077 && printf '%s %(%s)T\n' "$2" -1 > "$1.part" && mv -f "$1.part" "$1")
+  local t=${EPOCHREALTIME:-}
+  t=${t//[.,]/}
+  if [ -z "$t" ]; then printf -v t '%(%s)T000000' -1; fi  # the start of its second: older
+  (umask 077 && printf '%s %s\n' "$2" "$t" > "$1.part" && mv -f "$1.part" "$1")
 }
 
 # hw_rt_end_tell HOST PORT STATUS DIR: one try at HOST's marker DIR/done.HOST, written whole.
@@ -913,19 +917,21 @@ hw_rt_end_tell() {
     </dev/null
 }
 
-# hw_rt_end_ask HOST PORT DIR SINCE: HOST's record DIR/end.HOST, when HOST wrote it less than
-# SINCE seconds ago (2 seconds of slack for the clocks' whole seconds) -> HW_RT_END_STATUS.
+# hw_rt_end_ask HOST PORT DIR WAITED: HOST's record DIR/end.HOST, when HOST wrote it less than
+# WAITED microseconds ago (this worker's wait, measured before asking) -> HW_RT_END_STATUS.
 # Status 1: no record that young (the job runs, or an earlier run's); 2: HOST was not asked
 # (ssh failed or gave no answer; HW_RT_ERROR says why).
 # shellcheck disable=SC2317,SC2329,SC2034  # the MPI launch uses it; PyTorch's and verify do not
 hw_rt_end_ask() {
-  local said='' line last='' age
-  local re="^hw_end ($_HW_RT_DIGIT{1,18})( ($_HW_RT_DIGIT{1,3}) ($_HW_RT_DIGIT{1,18}))? *\$"
+  local said='' line last=''
+  local re="^hw_end ($_HW_RT_DIGIT{1,19})( ($_HW_RT_DIGIT{1,3}) ($_HW_RT_DIGIT{1,19}))? *\$"
   HW_RT_END_STATUS='' HW_RT_ERROR=''
-  # the remote side's shell is the user's login shell: POSIX sh only; $(...) runs there
+  # the remote side's shell is the user's login shell: POSIX sh only; $(...) runs there. Its
+  # time in microseconds; a date without %N gives the end of its second: the record older.
   if ! said=$(ssh -o BatchMode=yes -o ConnectTimeout=5 -o ServerAliveInterval=5 \
       -o ServerAliveCountMax=2 -p "$2" "$1" \
-      "echo \"hw_end \$(date +%s) \$(cat $3/end.$1 2>/dev/null)\"" </dev/null 2>&1); then
+      "t=\$(date +%s%N 2>/dev/null); case \$t in ''|*[!0123456789]*) t=\$(date +%s)999999999 ;; esac; echo \"hw_end \${t%???} \$(cat $3/end.$1 2>/dev/null)\"" \
+      </dev/null 2>&1); then
     while IFS= read -r line; do if [ -n "$line" ]; then last=$line; fi; done <<< "$said"
     HW_RT_ERROR="ssh to $1 failed${last:+: $last}"
     return 2
@@ -934,8 +940,7 @@ hw_rt_end_ask() {
     line=${line%$'\r'}
     [[ $line =~ $re ]] || continue
     [ -n "${BASH_REMATCH[2]}" ] || return 1
-    age=$((10#${BASH_REMATCH[1]} - 10#${BASH_REMATCH[4]}))
-    if [ $((age + 2)) -gt "$4" ]; then return 1; fi
+    if ((10#${BASH_REMATCH[1]} - 10#${BASH_REMATCH[4]} >= 10#$4)); then return 1; fi
     HW_RT_END_STATUS=$((10#${BASH_REMATCH[3]}))
     return 0
   done <<< "$said"

@@ -165,6 +165,10 @@ def _first_over_ssh(tmp_path, fk, fails: bool = False):
     return first_home / ".hpcwizard/launch/end.node01"
 
 
+def _us(t: float) -> int:
+    return int(t * 1e6)
+
+
 def _asks(fk) -> int:
     return sum(1 for c in _calls(fk) if c.startswith("ssh ") and "end.node01" in c)
 
@@ -185,12 +189,12 @@ def test_the_first_instance_keeps_the_jobs_status_before_it_tells(tmp_path):
         f'#!/bin/bash\necho "tell $7 sees $(cat {run_dir}/end.node01)" >> {fk["log"]}\n')
     (tmp_path / "bin/mpirun").write_text("#!/bin/bash\nexit 5\n")
     env = {**fk["env"], "HOSTS": "node01,node02,node03"}
-    before = int(time.time())
+    before = time.time()
     r = _run(tmp_path, launch_script(plan("mpi", "tcp")), env, ["--", "hostname"])
     assert r.returncode == 5, r.stderr
     record = run_dir / "end.node01"
     status, written = record.read_text().split()
-    assert status == "5" and before <= int(written) <= time.time(), record.read_text()
+    assert status == "5" and before <= int(written) / 1e6 <= time.time(), record.read_text()
     assert record.stat().st_mode & 0o077 == 0
     told = [c for c in _calls(fk) if c.startswith("tell ")]
     assert sorted(told) == [f"tell {h} sees 5 {written}" for h in ("node02", "node03")], told
@@ -202,12 +206,12 @@ def test_a_worker_not_told_asks_the_first_instance_and_ends_with_the_jobs_status
     and ends with this run's status once it is there."""
     fk = _fakes(tmp_path, "node02", HOSTS)
     record = _first_over_ssh(tmp_path, fk)
-    record.write_text(f"7 {int(time.time()) - 100}\n")  # an earlier run's
+    record.write_text(f"7 {_us(time.time() - 100)}\n")  # an earlier run's
     env = {**fk["env"], "HOSTS": "node01,node02", "FIRST_GONE_AFTER": "3"}
     proc, seen = _worker_waiting(tmp_path, env)
     _wait_until(lambda: _asks(fk) >= 2)
     assert proc.poll() is None, "".join(seen)
-    record.write_text(f"5 {int(time.time())}\n")
+    record.write_text(f"5 {_us(time.time())}\n")
     _, err = proc.communicate(timeout=30)
     err = "".join(seen) + err
     assert proc.returncode == 5, err
@@ -250,23 +254,34 @@ def test_a_worker_asks_no_more_often_than_its_period(tmp_path):
         proc.communicate()
 
 
-@pytest.mark.parametrize("record, since, want", [
+@pytest.mark.parametrize("record, waited, want", [
     (None, 100, (1, "")),               # the job runs: no record yet
     ("3 {now}", 100, (0, "3")),         # written after the worker started
-    ("3 {old}", 100, (1, "")),          # an earlier run's: older than the worker's wait
-    ("3 {now}", 1, (1, "")),            # within the clocks' slack of the worker's start
+    ("3 {now-200}", 100, (1, "")),      # an earlier run's: older than the worker's wait
+    ("3 {now-0.5}", 1, (0, "3")),       # half a second after the worker started
+    ("3 {now-1.5}", 1, (1, "")),        # half a second before it
+    ("3 {now-1.1}", "1 no %N", (1, "")),  # whole seconds: never an earlier run's taken
+    ("3 {now-5}", "100 no %N", (0, "3")),
     ("x y", 100, (2, "")),              # not a record: no answer
 ])
-def test_asking_for_the_record_tells_this_runs_from_an_earlier_ones(tmp_path, record, since,
+def test_asking_for_the_record_tells_this_runs_from_an_earlier_ones(tmp_path, record, waited,
                                                                     want):
+    """waited: the worker's wait in seconds; 'no %N': the first instance's date gives whole
+    seconds only (busybox)."""
     fk = _fakes(tmp_path, "node02", HOSTS)
     path = _first_over_ssh(tmp_path, fk)
-    now = int(time.time())
+    if "no %N" in str(waited):
+        (tmp_path / "bin/date").write_text(
+            '#!/bin/bash\nif [ "$1" = +%s%N ]; then echo "$(/bin/date +%s)N"; '
+            'else exec /bin/date "$@"; fi\n')
+        (tmp_path / "bin/date").chmod(0o755)
+    now = time.time()
     if record is not None:
-        path.write_text(record.format(now=now, old=now - 200) + "\n")
+        path.write_text(re.sub(r"\{now(-[0-9.]+)?\}",
+                               lambda m: str(_us(now + float(m.group(1) or 0))), record) + "\n")
     script = (runtime.library() + "\nrc=0\n"
-              f"hw_rt_end_ask node01 2222 .hpcwizard/launch {since} || rc=$?\n"
-              'printf "%s|%s" "$rc" "$HW_RT_END_STATUS"\n')
+              f"hw_rt_end_ask node01 2222 .hpcwizard/launch {int(str(waited).split()[0]) * 10**6}"
+              ' || rc=$?\nprintf "%s|%s" "$rc" "$HW_RT_END_STATUS"\n')
     r = subprocess.run(["bash", "-c", script], env=fk["env"], capture_output=True, text=True,
                        timeout=30)
     assert r.stdout == f"{want[0]}|{want[1]}", r.stderr

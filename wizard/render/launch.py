@@ -208,6 +208,10 @@ if [ "$RANK" -ne 0 ]; then
   if [ "$ask_every" -lt $((N / 4)) ]; then ask_every=$((N / 4)); fi
   next_ask() { ask_at=$((SECONDS + ask_every / 2 + RANDOM % (ask_every + 1))); }
   next_ask
+  # the wait so far, as hw_rt_end_ask takes it: bash without EPOCHREALTIME counts whole
+  # seconds, and a second less errs towards an earlier run's record
+  whole_second=0
+  if [ -z "${EPOCHREALTIME:-}" ]; then whole_second=1000000; fi
   log "waiting for $FIRST to run the job"
   started=$SECONDS answered=$SECONDS probed=$SECONDS ask_failed=""
   # the marker holds the job's status; one caught while being written is read again
@@ -228,8 +232,10 @@ if [ "$RANK" -ne 0 ]; then
     fi
     if [ "$SECONDS" -ge "$ask_at" ] && [ "$answered" -eq "$probed" ]; then
       next_ask
+      now=0 && clock now
+      waited=$((now - T_START - whole_second))
       asked=0
-      hw_rt_end_ask "$FIRST" "$PORT" "$RUN_REL" "$SECONDS" || asked=$?
+      hw_rt_end_ask "$FIRST" "$PORT" "$RUN_REL" "$waited" || asked=$?
       if [ "$asked" -eq 0 ] && ! done_rc; then
         rc=$HW_RT_END_STATUS
         log "the job ended with status $rc (from $FIRST's record: it could not tell this instance)"
