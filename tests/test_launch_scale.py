@@ -279,9 +279,10 @@ def test_asking_for_the_record_tells_this_runs_from_an_earlier_ones(tmp_path, re
     if record is not None:
         path.write_text(re.sub(r"\{now(-[0-9.]+)?\}",
                                lambda m: str(_us(now + float(m.group(1) or 0))), record) + "\n")
-    script = (runtime.library() + "\nrc=0\n"
-              f"hw_rt_end_ask node01 2222 .hpcwizard/launch {int(str(waited).split()[0]) * 10**6}"
-              ' || rc=$?\nprintf "%s|%s" "$rc" "$HW_RT_END_STATUS"\n')
+    script = (runtime.library() + "\nrc=0\nhw_rt_clock now\n"
+              f"start=$((now - {int(str(waited).split()[0]) * 10**6}))\n"
+              "hw_rt_end_ask node01 2222 .hpcwizard/launch $start || rc=$?\n"
+              'printf "%s|%s" "$rc" "$HW_RT_END_STATUS"\n')
     r = subprocess.run(["bash", "-c", script], env=fk["env"], capture_output=True, text=True,
                        timeout=30)
     assert r.stdout == f"{want[0]}|{want[1]}", r.stderr
@@ -304,3 +305,21 @@ def test_the_first_instance_says_where_its_time_went(tmp_path):
     ready, started, ran, told, total = map(float, m.groups())
     assert ready <= started and 1.0 <= ran < 5 and 0.5 <= told < 3, last
     assert started + ran + told <= total + 0.2, last
+
+
+def test_a_record_written_just_after_the_worker_started_is_taken_over_a_slow_login(tmp_path):
+    """The first instance's clock is read once the session is open: a login of 2 s does not
+    make a record written half a second after the worker began look like an earlier run's
+    (a worker started while the job was ending would otherwise wait for ever)."""
+    fk = _fakes(tmp_path, "node02", HOSTS)
+    path = _first_over_ssh(tmp_path, fk)
+    ssh = tmp_path / "bin/ssh"
+    ssh.write_text(ssh.read_text().replace("#!/bin/bash\n", "#!/bin/bash\nsleep 2\n", 1))
+    now = time.time()
+    path.write_text(f"6 {_us(now - 0.5)}\n")
+    script = (runtime.library() + "\nrc=0\nhw_rt_clock now\nstart=$((now - 1000000))\n"
+              "hw_rt_end_ask node01 2222 .hpcwizard/launch $start || rc=$?\n"
+              'printf "%s|%s" "$rc" "$HW_RT_END_STATUS"\n')
+    r = subprocess.run(["bash", "-c", script], env=fk["env"], capture_output=True, text=True,
+                       timeout=30)
+    assert r.stdout == "0|6", r.stderr

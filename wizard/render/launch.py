@@ -37,11 +37,6 @@ LAUNCH_NAME = EXPORT_FILE_NAMES["launch"]
 _BODY = r'''
 log() { printf 'launch[%s]: %s\n' "${ME:-$(hostname)}" "$*" >&2; }
 die() { log "$*"; exit 2; }
-# clock VAR: microseconds (bash's EPOCHREALTIME, whose point is the locale's), for the line
-# that says where the first instance's time went
-clock() { local t=${EPOCHREALTIME:-$SECONDS.000000}; printf -v "$1" '%s' "${t//[.,]/}"; }
-# shellcheck disable=SC2034  # the MPI launch reads it
-clock T_START
 
 usage() {
   printf 'usage: %s [--hosts a,b,c | --hostfile FILE] [--] PROGRAM [ARGS...]\n' "${0##*/}"
@@ -110,6 +105,11 @@ RUN_DIR="$HOME/$RUN_REL"
 __OPS_FUNCTIONS__
 
 __RUNTIME__
+
+# when this run began: a worker takes only a record of the job's end written after it; the
+# first instance says where its time went
+# shellcheck disable=SC2034  # the MPI launch reads it
+hw_rt_clock T_START
 
 hw_rt_discover ${HOST_ARGS[@]+"${HOST_ARGS[@]}"} || die "$HW_RT_ERROR"
 [ "${#HW_RT_NAMES[@]}" -gt 0 ] || die "no hosts: give --hosts a,b,c or --hostfile FILE (see --help)"
@@ -181,7 +181,7 @@ else
     hw_rt_wait "$1" "$WAIT_TRIES" "$PORT" || { printf '%s\n' "$HW_RT_ERROR" > "$RUN_DIR/wait.$1"; return 1; }
   }
   par "$AT_ONCE" wait_port "${NAMES[@]:1}"
-  clock T_READY
+  hw_rt_clock T_READY
   if [ "${#PAR_FAILED[@]}" -gt 0 ]; then
     first_error=$(cat "$RUN_DIR/wait.${PAR_FAILED[0]}" 2>/dev/null) || first_error="${PAR_FAILED[0]}: not ready"
     if [ "${#PAR_FAILED[@]}" -gt 1 ]; then
@@ -208,10 +208,6 @@ if [ "$RANK" -ne 0 ]; then
   if [ "$ask_every" -lt $((N / 4)) ]; then ask_every=$((N / 4)); fi
   next_ask() { ask_at=$((SECONDS + ask_every / 2 + RANDOM % (ask_every + 1))); }
   next_ask
-  # the wait so far, as hw_rt_end_ask takes it: bash without EPOCHREALTIME counts whole
-  # seconds, and a second less errs towards an earlier run's record
-  whole_second=0
-  if [ -z "${EPOCHREALTIME:-}" ]; then whole_second=1000000; fi
   log "waiting for $FIRST to run the job"
   started=$SECONDS answered=$SECONDS probed=$SECONDS ask_failed=""
   # the marker holds the job's status; one caught while being written is read again
@@ -232,10 +228,8 @@ if [ "$RANK" -ne 0 ]; then
     fi
     if [ "$SECONDS" -ge "$ask_at" ] && [ "$answered" -eq "$probed" ]; then
       next_ask
-      now=0 && clock now
-      waited=$((now - T_START - whole_second))
       asked=0
-      hw_rt_end_ask "$FIRST" "$PORT" "$RUN_REL" "$waited" || asked=$?
+      hw_rt_end_ask "$FIRST" "$PORT" "$RUN_REL" "$T_START" || asked=$?
       if [ "$asked" -eq 0 ] && ! done_rc; then
         rc=$HW_RT_END_STATUS
         log "the job ended with status $rc (from $FIRST's record: it could not tell this instance)"
@@ -333,14 +327,14 @@ log "to every rank (mpirun -x): ${GIVEN[*]-}"
 # The program as the shell would read it back: its quoting kept, control characters escaped.
 printf -v SHOWN ' %q' "$@"
 log "mpirun${OMPI_VERSION:+ (Open MPI $OMPI_VERSION)} -np $NP on ${NAMES[*]}:$SHOWN"
-clock T_MPIRUN
+hw_rt_clock T_MPIRUN
 set +e
 mpirun ${PREFIX_ARGS[@]+"${PREFIX_ARGS[@]}"} --hostfile "$HOSTFILE_OUT" -np "$NP" ${ROOT_ARGS[@]+"${ROOT_ARGS[@]}"} \
   ${MPIRUN_ARGS[@]+"${MPIRUN_ARGS[@]}"} ${IFACE_ARGS[@]+"${IFACE_ARGS[@]}"} \
   ${X_ARGS[@]+"${X_ARGS[@]}"} "$@"
 rc=$?
 set -e
-clock T_JOB
+hw_rt_clock T_JOB
 # The end of the job: kept here first, for a worker this instance cannot tell to ask for;
 # then to every worker, AT_ONCE at a time, each tried TELL_TRIES times. A worker not told
 # asks for the record, or ends by itself (FIRST_GONE_AFTER, WORKER_TIMEOUT); this instance
@@ -359,7 +353,7 @@ tell() {
   done
 }
 par "$AT_ONCE" tell "${NAMES[@]:1}"
-clock T_TOLD
+hw_rt_clock T_TOLD
 secs() { printf '%d.%ds' $((($2 - $1) / 1000000)) $((($2 - $1) / 100000 % 10)); }
 log "times: the workers' sshd ready after $(secs "$T_START" "$T_READY")," \
   "mpirun started after $(secs "$T_START" "$T_MPIRUN") and ran $(secs "$T_MPIRUN" "$T_JOB")," \
