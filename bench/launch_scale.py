@@ -10,18 +10,22 @@ first instance (the same hostfile, port and interface), both measured in the sam
 
 Root only: applies the MPI/TCP configuration for root (undone afterwards) and makes network
 namespaces (tests/system/netns.py), so it runs under /work/system-tests.lock on a shared
-machine. Prints one line per figure; never asserts a timing.
+machine. Prints one line per figure, and where the first instance's time went (its
+`times:` line: the workers' sshd, mpirun's start and run, the telling); never asserts a
+timing.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests" / "system"), str(ROOT / "tests")]
@@ -37,8 +41,23 @@ class _Tmp:
         return Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
 
 
-def _run_all(c: VCluster, argvs: dict, env: dict) -> dict:
-    """Start each node's argv at once; node -> seconds until it ended (non-zero: raise)."""
+_TIMES = re.compile(r"times: the workers' sshd ready after (\S+)s, mpirun started after "
+                    r"(\S+)s and ran (\S+)s, telling \d+ workers took (\S+)s; (\S+)s in all")
+PHASES = ("sshd ready", "to mpirun", "mpirun", "telling", "script")
+
+
+def _phases(err: str) -> dict:
+    """The first instance's times line as phase -> seconds ({} when it has none)."""
+    m = _TIMES.search(err)
+    if not m:
+        return {}
+    ready, started, ran, told, total = map(float, m.groups())
+    return dict(zip(PHASES, (ready, started - ready, ran, told, total)))
+
+
+def _run_all(c: VCluster, argvs: dict, env: dict, errs: Optional[dict] = None) -> dict:
+    """Start each node's argv at once; node -> seconds until it ended (non-zero: raise);
+    each node's standard error into errs."""
     start = time.perf_counter()
     procs = {n: subprocess.Popen(c.argv(n, a), stdin=subprocess.DEVNULL,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -47,6 +66,8 @@ def _run_all(c: VCluster, argvs: dict, env: dict) -> dict:
     for n, p in procs.items():
         _out, err = p.communicate(timeout=900)
         took[n] = time.perf_counter() - start
+        if errs is not None:
+            errs[n] = err
         if p.returncode != 0:
             raise RuntimeError(f"{n}: exit {p.returncode}\n{err[-2000:]}")
     return took
@@ -70,19 +91,29 @@ def bench(sizes: list, repeats: int) -> None:
                         "hostname"]
                 ours = ["bash", script, "--", "hostname"]
                 rows = {"bare": [], "first alone": [], "every (last)": [], "every (first)": []}
+                phases = {"first alone": [], "every (first)": []}
                 for _ in range(repeats):
                     rows["bare"].append(_run_all(c, {"node1": bare}, env)["node1"])
-                    rows["first alone"].append(_run_all(c, {"node1": ours}, env)["node1"])
+                    errs: dict = {}
+                    rows["first alone"].append(_run_all(c, {"node1": ours}, env, errs)["node1"])
+                    phases["first alone"].append(_phases(errs["node1"]))
                     for m in (Path.home() / ".hpcwizard" / "launch").glob("done.*"):
                         m.unlink()  # the markers nobody read: the workers ran no script
-                    took = _run_all(c, {h: ours for h in c.names}, env)
+                    took = _run_all(c, {h: ours for h in c.names}, env, errs)
                     rows["every (last)"].append(max(took.values()))
                     rows["every (first)"].append(took["node1"])
+                    phases["every (first)"].append(_phases(errs["node1"]))
                 base = statistics.median(rows["bare"])
                 for name, vals in rows.items():
                     med = statistics.median(vals)
                     print(f"N={n:<3} {name:<14} median {med:7.2f}s  {med / base:5.2f}x bare  "
                           f"({', '.join(f'{v:.2f}' for v in vals)})", flush=True)
+                for name, runs in phases.items():
+                    runs = [r for r in runs if r]
+                    if runs:
+                        print(f"N={n:<3} {name:<14} phases (median s): " + ", ".join(
+                            f"{p} {statistics.median(r[p] for r in runs):.2f}" for p in PHASES),
+                            flush=True)
     finally:
         for _ in gen:
             pass

@@ -12,6 +12,10 @@
 #   hw_rt_wait HOST TRIES [PORT]                     the name resolves (and PORT answers)
 #   hw_rt_slots SLOTS NP                             -> HW_RT_HOST_SLOTS, HW_RT_NP
 #   hw_rt_write_hostfile FILE SLOTS NAME...          'NAME slots=N' lines
+#   hw_rt_end_record FILE STATUS                     the first instance's record of the end
+#   hw_rt_end_tell HOST PORT STATUS DIR              a worker's end-of-job marker, over ssh
+#   hw_rt_clock VAR                                  -> VAR: microseconds
+#   hw_rt_end_ask HOST PORT DIR START                -> HW_RT_END_STATUS, from HOST's record
 #   hw_rt_iface VAR VALUE                            interfaces or subnets -> HW_RT_VALUE
 #   hw_rt_address VAR VALUE                          a host name or address -> HW_RT_VALUE
 #   hw_rt_port VAR VALUE                             a TCP port -> HW_RT_VALUE
@@ -886,6 +890,94 @@ hw_rt_write_hostfile() {
   for ((i = 0; i < $#; i++)); do
     printf '%s slots=%s\n' "${@:i+1:1}" "${per[i]:-${per[0]}}"
   done > "$file"
+}
+
+# The end of an MPI job, the launch script's: after mpirun the first instance keeps the job's
+# status on itself (DIR/end.FIRST, hw_rt_end_record) and tells each worker
+# (DIR/done.WORKER there, hw_rt_end_tell); a worker its word does not reach asks for the
+# record (hw_rt_end_ask). DIR is relative to the user's home on both sides (ssh logs in
+# there). A record holds 'STATUS MICROSECONDS', the time by the first instance's clock: a
+# worker compares the record's age with its own wait, two durations in microseconds, so no
+# two clocks are compared and an earlier run's record is never taken for this one's. Where
+# a clock has only whole seconds, each side errs towards calling a record older.
+
+# hw_rt_end_record FILE STATUS: the record, written whole (never read half written).
+# shellcheck disable=SC2317,SC2329  # the MPI launch uses it; PyTorch's and verify do not
+hw_rt_end_record() {
+  local t=${EPOCHREALTIME:-}
+  t=${t//[.,]/}
+  if [ -z "$t" ]; then printf -v t '%(%s)T000000' -1; fi  # the start of its second: older
+  (umask 077 && printf '%s %s\n' "$2" "$t" > "$1.part" && mv -f "$1.part" "$1")
+}
+
+# hw_rt_end_tell HOST PORT STATUS DIR: one try at HOST's marker DIR/done.HOST, written whole.
+# shellcheck disable=SC2317,SC2329  # the MPI launch uses it; PyTorch's and verify do not
+hw_rt_end_tell() {
+  ssh -o BatchMode=yes -o ConnectTimeout=5 -p "$2" "$1" \
+    "umask 077 && mkdir -p $4 && echo $3 > $4/done.$1.part && mv -f $4/done.$1.part $4/done.$1" \
+    </dev/null
+}
+
+# hw_rt_clock VAR: this instance's time in microseconds (bash's EPOCHREALTIME, whose point
+# is the locale's; bash before 5.0: whole seconds of the shell's life, SECONDS).
+hw_rt_clock() {
+  local t=${EPOCHREALTIME:-$SECONDS.000000}
+  printf -v "$1" '%s' "${t//[.,]/}"
+}
+
+# hw_rt_end_ask HOST PORT DIR START: HOST's record DIR/end.HOST, when HOST wrote it after
+# START (hw_rt_clock, when this worker began to wait) -> HW_RT_END_STATUS. The session is
+# opened first, then HOST's clock read: between the two lines of the dialogue, not the
+# whole login, lies the uncertainty, so a record written a second after START is taken.
+# Status 1: no record that young (the job runs, or an earlier run's); 2: HOST was not asked
+# (ssh failed or gave no answer within 30 s; HW_RT_ERROR says why).
+# shellcheck disable=SC2317,SC2329,SC2034  # the MPI launch uses it; PyTorch's and verify do not
+hw_rt_end_ask() {
+  local line last='' t1='' said='' rc='' slack=0 pid rfd wfd
+  local re="^hw_end ($_HW_RT_DIGIT{1,19})( ($_HW_RT_DIGIT{1,3}) ($_HW_RT_DIGIT{1,19}))? *\$"
+  HW_RT_END_STATUS='' HW_RT_ERROR=''
+  if [ -z "${EPOCHREALTIME:-}" ]; then slack=1000000; fi  # whole seconds: err towards older
+  # The dialogue: HOST says hw_ready, this side notes its clock and says go, HOST answers
+  # with its time (microseconds; a date without %N gives the end of its second: the record
+  # older) and the record; then ssh's status. The remote side is the user's login shell:
+  # POSIX sh only, its $(...) runs there. The coproc outlives ssh until told (the last
+  # read): its file descriptors stay this function's to read and close.
+  coproc _HW_RT_ASK {
+    ssh -o BatchMode=yes -o ConnectTimeout=5 -o ServerAliveInterval=5 \
+      -o ServerAliveCountMax=2 -p "$2" "$1" \
+      "echo hw_ready; read -r go; t=\$(date +%s%N 2>/dev/null); case \$t in ''|*[!0123456789]*) t=\$(date +%s)999999999 ;; esac; echo \"hw_end \${t%???} \$(cat $3/end.$1 2>/dev/null)\"" 2>&1
+    echo "hw_ssh_exit $?"
+    read -r _
+  }
+  pid=$_HW_RT_ASK_PID rfd=${_HW_RT_ASK[0]} wfd=${_HW_RT_ASK[1]}
+  while IFS= read -r -t 30 line <&"$rfd"; do
+    line=${line%$'\r'}
+    if [[ $line =~ ^hw_ssh_exit\ ($_HW_RT_DIGIT+)$ ]]; then
+      rc=${BASH_REMATCH[1]}
+      break
+    elif [ "$line" = hw_ready ] && [ -z "$t1" ]; then
+      hw_rt_clock t1
+      printf 'go\n' >&"$wfd"
+    elif [ -n "$t1" ] && [[ $line =~ $re ]]; then
+      said=$line
+    elif [ -n "$line" ]; then
+      last=$line
+    fi
+  done
+  exec {wfd}>&-  # ssh's input ends, and the coproc's last read
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  if [ -z "$said" ]; then
+    if [ "${rc:-1}" -ne 0 ]; then HW_RT_ERROR="ssh to $1 failed${last:+: $last}"
+    else HW_RT_ERROR="$1 gave no answer to ssh${last:+: $last}"; fi
+    return 2
+  fi
+  [[ $said =~ $re ]]
+  [ -n "${BASH_REMATCH[2]}" ] || return 1
+  # written at (t1 - its age) or later by this clock: after START for certain, or not taken
+  if ((10#${BASH_REMATCH[1]} - 10#${BASH_REMATCH[4]} >= 10#$t1 - 10#$4 - slack)); then return 1; fi
+  HW_RT_END_STATUS=$((10#${BASH_REMATCH[3]}))
+  return 0
 }
 
 # Values from the environment that reach a command line (mpirun's, orted's on the other

@@ -64,9 +64,11 @@ Settings (environment): WAIT_TRIES (peer waits, default 10), SLOTS (ranks per ho
   here; else PET_NPROC_PER_NODE, a number or torchrun's auto, cpu, gpu, xpu; default:
   the GPUs, or 1), WORKER_TIMEOUT (seconds a worker waits for the end of the job;
   0: no limit), FIRST_GONE_AFTER (a worker ends, exit 3, when the first instance's sshd
-  has not answered for this many seconds; default 60, 0: never), TCP_IFACE (mpirun: the interface for MPI's TCP traffic, a name or a
-  subnet such as 10.0.0.0/24; default: the interface the route to the second host goes
-  through).
+  has not answered for this many seconds; one the end of the job has not reached while
+  the first instance answers asks it for the job's status about as often (every N/4
+  seconds at least), and ends with it; default 60, 0: neither), TCP_IFACE (mpirun: the
+  interface for MPI's TCP traffic, a name or a subnet such as 10.0.0.0/24; default: the
+  interface the route to the second host goes through).
 __FORWARD_USAGE__
 USAGE
 }
@@ -93,7 +95,8 @@ for v in WAIT_TRIES SLOTS NP WORKER_TIMEOUT FIRST_GONE_AFTER NPROC_PER_NODE; do
     die "$v=${!v} is not a number (digits 0-9 only)"
   fi
 done
-RUN_DIR="$HOME/.hpcwizard/launch"
+RUN_REL=.hpcwizard/launch  # under the home, where ssh logs in on every instance
+RUN_DIR="$HOME/$RUN_REL"
 (umask 077 && mkdir -p "$RUN_DIR")  # made 0700: the hostfile and the job's markers are the user's
 
 # --- hosts, this instance's rank, sshd, peers: recipes/runtime.sh (hpcwizard verify runs
@@ -102,6 +105,11 @@ RUN_DIR="$HOME/.hpcwizard/launch"
 __OPS_FUNCTIONS__
 
 __RUNTIME__
+
+# when this run began: a worker takes only a record of the job's end written after it; the
+# first instance says where its time went
+# shellcheck disable=SC2034  # the MPI launch reads it
+hw_rt_clock T_START
 
 hw_rt_discover ${HOST_ARGS[@]+"${HOST_ARGS[@]}"} || die "$HW_RT_ERROR"
 [ "${#HW_RT_NAMES[@]}" -gt 0 ] || die "no hosts: give --hosts a,b,c or --hostfile FILE (see --help)"
@@ -173,6 +181,7 @@ else
     hw_rt_wait "$1" "$WAIT_TRIES" "$PORT" || { printf '%s\n' "$HW_RT_ERROR" > "$RUN_DIR/wait.$1"; return 1; }
   }
   par "$AT_ONCE" wait_port "${NAMES[@]:1}"
+  hw_rt_clock T_READY
   if [ "${#PAR_FAILED[@]}" -gt 0 ]; then
     first_error=$(cat "$RUN_DIR/wait.${PAR_FAILED[0]}" 2>/dev/null) || first_error="${PAR_FAILED[0]}: not ready"
     if [ "${#PAR_FAILED[@]}" -gt 1 ]; then
@@ -188,12 +197,19 @@ hw_rt_write_hostfile "$HOSTFILE_OUT" "$SLOTS_OF" "${NAMES[@]}"
 if [ "$RANK" -ne 0 ]; then
   # A worker: mpirun on the first host starts the ranks here over SSH, then tells us the end.
   # The first instance is watched meanwhile: gone for FIRST_GONE_AFTER seconds (its sshd does
-  # not answer), nobody is left to tell us, and the worker ends by itself.
+  # not answer), nobody is left to tell us, and the worker ends by itself. Alive but its word
+  # lost on the way here, it is asked for its record of the end about every ask_every
+  # seconds, at a random point of each period: N/4 at the least, so that all the workers
+  # together log in on the first instance about 4 times a second at most.
   gone_after=$((10#${FIRST_GONE_AFTER:-60}))
   every=$((gone_after / 6))
   if [ "$every" -lt 1 ]; then every=1; elif [ "$every" -gt 10 ]; then every=10; fi
+  ask_every=$gone_after
+  if [ "$ask_every" -lt $((N / 4)) ]; then ask_every=$((N / 4)); fi
+  next_ask() { ask_at=$((SECONDS + ask_every / 2 + RANDOM % (ask_every + 1))); }
+  next_ask
   log "waiting for $FIRST to run the job"
-  started=$SECONDS answered=$SECONDS probed=$SECONDS
+  started=$SECONDS answered=$SECONDS probed=$SECONDS ask_failed=""
   # the marker holds the job's status; one caught while being written is read again
   done_rc() { rc=$(cat "$DONE" 2>/dev/null) && [[ $rc =~ ^[0123456789]{1,3}$ ]]; }
   while ! done_rc; do
@@ -201,12 +217,26 @@ if [ "$RANK" -ne 0 ]; then
     if [ "${WORKER_TIMEOUT:-0}" -gt 0 ] && [ $((SECONDS - started)) -ge "${WORKER_TIMEOUT:-0}" ]; then
       die "the job did not end within ${WORKER_TIMEOUT}s (WORKER_TIMEOUT)"
     fi
-    if [ "$gone_after" -gt 0 ] && [ $((SECONDS - probed)) -ge "$every" ]; then
+    [ "$gone_after" -gt 0 ] || continue
+    if [ $((SECONDS - probed)) -ge "$every" ]; then
       probed=$SECONDS
       if _hw_rt_port_open "$FIRST" "$PORT"; then answered=$SECONDS; fi
       if [ ! -e "$DONE" ] && [ $((SECONDS - answered)) -ge "$gone_after" ]; then
         log "$FIRST (the first instance) has not answered on port $PORT for $((SECONDS - answered))s (FIRST_GONE_AFTER=$gone_after): ending without the job's status"
         exit 3
+      fi
+    fi
+    if [ "$SECONDS" -ge "$ask_at" ] && [ "$answered" -eq "$probed" ]; then
+      next_ask
+      asked=0
+      hw_rt_end_ask "$FIRST" "$PORT" "$RUN_REL" "$T_START" || asked=$?
+      if [ "$asked" -eq 0 ] && ! done_rc; then
+        rc=$HW_RT_END_STATUS
+        log "the job ended with status $rc (from $FIRST's record: it could not tell this instance)"
+        exit "$rc"
+      elif [ "$asked" -eq 2 ] && [ -z "$ask_failed" ]; then
+        ask_failed=1
+        log "could not ask $FIRST for the end of the job ($HW_RT_ERROR); asking again about every ${ask_every}s"
       fi
     fi
   done
@@ -297,31 +327,37 @@ log "to every rank (mpirun -x): ${GIVEN[*]-}"
 # The program as the shell would read it back: its quoting kept, control characters escaped.
 printf -v SHOWN ' %q' "$@"
 log "mpirun${OMPI_VERSION:+ (Open MPI $OMPI_VERSION)} -np $NP on ${NAMES[*]}:$SHOWN"
+hw_rt_clock T_MPIRUN
 set +e
 mpirun ${PREFIX_ARGS[@]+"${PREFIX_ARGS[@]}"} --hostfile "$HOSTFILE_OUT" -np "$NP" ${ROOT_ARGS[@]+"${ROOT_ARGS[@]}"} \
   ${MPIRUN_ARGS[@]+"${MPIRUN_ARGS[@]}"} ${IFACE_ARGS[@]+"${IFACE_ARGS[@]}"} \
   ${X_ARGS[@]+"${X_ARGS[@]}"} "$@"
 rc=$?
 set -e
-# The end of the job to every worker, AT_ONCE at a time, each tried TELL_TRIES times (a
-# marker written whole: a worker never reads half of one). A worker not told ends by itself
-# (FIRST_GONE_AFTER, WORKER_TIMEOUT); this instance names it in its last line.
+hw_rt_clock T_JOB
+# The end of the job: kept here first, for a worker this instance cannot tell to ask for;
+# then to every worker, AT_ONCE at a time, each tried TELL_TRIES times. A worker not told
+# asks for the record, or ends by itself (FIRST_GONE_AFTER, WORKER_TIMEOUT); this instance
+# names it in its last line.
+hw_rt_end_record "$RUN_DIR/end.$ME" "$rc" ||
+  log "could not keep the job's status in $RUN_DIR/end.$ME: a worker not told cannot ask for it"
 TELL_TRIES=3
 # shellcheck disable=SC2317,SC2329  # par runs it
 tell() {
   local h=$1 try
   for ((try = 1; ; try++)); do
-    if ssh -o BatchMode=yes -o ConnectTimeout=5 -p "$PORT" "$h" \
-      "umask 077 && mkdir -p .hpcwizard/launch && echo $rc > .hpcwizard/launch/done.$h.part && mv -f .hpcwizard/launch/done.$h.part .hpcwizard/launch/done.$h" \
-      </dev/null; then
-      return 0
-    fi
+    if hw_rt_end_tell "$h" "$PORT" "$rc" "$RUN_REL"; then return 0; fi
     if [ "$try" -ge "$TELL_TRIES" ]; then return 1; fi
     log "could not tell $h that the job ended (try $try of $TELL_TRIES), next in $((try * 2))s"
     sleep $((try * 2))
   done
 }
 par "$AT_ONCE" tell "${NAMES[@]:1}"
+hw_rt_clock T_TOLD
+secs() { printf '%d.%ds' $((($2 - $1) / 1000000)) $((($2 - $1) / 100000 % 10)); }
+log "times: the workers' sshd ready after $(secs "$T_START" "$T_READY")," \
+  "mpirun started after $(secs "$T_START" "$T_MPIRUN") and ran $(secs "$T_MPIRUN" "$T_JOB")," \
+  "telling $((N - 1)) workers took $(secs "$T_JOB" "$T_TOLD"); $(secs "$T_START" "$T_TOLD") in all"
 if [ "${#PAR_FAILED[@]}" -gt 0 ]; then
   # The job's own failure is its status; a job that ran well exits 3 all the same, so that
   # whoever watches this instance learns that workers wait on (until FIRST_GONE_AFTER or
