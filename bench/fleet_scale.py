@@ -10,19 +10,13 @@ machine. Prints one line per size; never asserts a timing.
 """
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tests" / "system"), str(ROOT / "tests"), str(ROOT / "bench")]
-
-from _verify_cluster import PORT, VCluster, applied, start_nodes, wizard_exe  # noqa: E402
-from launch_scale import _Tmp  # noqa: E402
+import _namespaces  # first: it puts tests/system on the path
+from _verify_cluster import PORT, VCluster, start_nodes, wizard_exe
 
 
 def _logins(c: VCluster, env: dict) -> float:
@@ -35,52 +29,33 @@ def _logins(c: VCluster, env: dict) -> float:
     return time.perf_counter() - t0
 
 
-def bench(sizes: list, repeats: int) -> None:
-    gen = applied(_Tmp())
-    setup = next(gen)
-    try:
-        for n in sizes:
-            with VCluster(n) as c:
-                start_nodes(c)
-                base, took, rounds, pairs, ok = [], [], 0, 0, True
-                for _ in range(repeats):
-                    base.append(_logins(c, setup["env"]))
-                    t0 = time.perf_counter()
-                    proc = c.run("node1", [wizard_exe(), "verify", "--framework", "mpi",
-                                           "--network", "tcp", "--manual", "--hosts",
-                                           f"node[1-{n}]", "--fleet", "--json"],
-                                 timeout=3600, cwd="/", env=setup["env"])
-                    took.append(time.perf_counter() - t0)
-                    try:
-                        data = json.loads(proc.stdout)
-                    except ValueError:
-                        raise RuntimeError(f"N={n}: verify --fleet printed no JSON, exit "
-                                           f"{proc.returncode}\n{proc.stderr[-2000:]}")
-                    rounds = len({m["round"] for m in data["measured"]})
-                    pairs = len({(m["sender"], m["receiver"]) for m in data["measured"]})
-                    ok = ok and bool(data["ok"])
-                b, t = statistics.median(base), statistics.median(took)
-                print(f"N={n:<3} verify --fleet median {t:7.1f}s  {t / b:6.1f}x the logins "
-                      f"({b:.1f}s)  {rounds} rounds, {pairs} directions measured, "
-                      f"{'nothing named' if ok else 'something named'}  "
-                      f"({', '.join(f'{v:.1f}' for v in took)})", flush=True)
-    finally:
-        for _ in gen:
-            pass
-
-
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[16, 64])
-    ap.add_argument("--repeats", type=int, default=1)
-    a = ap.parse_args()
-    if os.geteuid() != 0 or os.environ.get("HPCWIZARD_BENCH_SYSTEM") != "1":
-        print("skipped: needs root and HPCWIZARD_BENCH_SYSTEM=1 (it applies the MPI "
-              "configuration and makes network namespaces)")
-        return 0
-    bench(a.sizes, a.repeats)
-    return 0
+def bench(setup: dict, sizes: list, repeats: int) -> None:
+    for n in sizes:
+        with VCluster(n) as c:
+            start_nodes(c)
+            base, took, rounds, pairs, ok = [], [], 0, 0, True
+            for _ in range(repeats):
+                base.append(_logins(c, setup["env"]))
+                t0 = time.perf_counter()
+                proc = c.run("node1", [wizard_exe(), "verify", "--framework", "mpi",
+                                       "--network", "tcp", "--manual", "--hosts",
+                                       f"node[1-{n}]", "--fleet", "--json"],
+                             timeout=3600, cwd="/", env=setup["env"])
+                took.append(time.perf_counter() - t0)
+                try:
+                    data = json.loads(proc.stdout)
+                except ValueError:
+                    raise RuntimeError(f"N={n}: verify --fleet printed no JSON, exit "
+                                       f"{proc.returncode}\n{proc.stderr[-2000:]}")
+                rounds = len({m["round"] for m in data["measured"]})
+                pairs = len({(m["sender"], m["receiver"]) for m in data["measured"]})
+                ok = ok and bool(data["ok"])
+            b, t = statistics.median(base), statistics.median(took)
+            print(f"N={n:<3} verify --fleet median {t:7.1f}s  {t / b:6.1f}x the logins "
+                  f"({b:.1f}s)  {rounds} rounds, {pairs} directions measured, "
+                  f"{'nothing named' if ok else 'something named'}  "
+                  f"({', '.join(f'{v:.1f}' for v in took)})", flush=True)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_namespaces.main(__doc__, bench, [16, 64], 1))

@@ -16,29 +16,17 @@ timing.
 """
 from __future__ import annotations
 
-import argparse
-import os
 import re
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Optional
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tests" / "system"), str(ROOT / "tests")]
-
-from _verify_cluster import PORT, VCluster, applied, start_nodes  # noqa: E402
-from test_system_launch import export  # noqa: E402
-
-
-class _Tmp:
-    """What applied() asks of pytest's tmp_path_factory."""
-
-    def mktemp(self, name: str) -> Path:
-        return Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
+import _namespaces  # first: it puts tests/system on the path
+from _verify_cluster import PORT, VCluster, start_nodes
+from test_system_launch import export
 
 
 _TIMES = re.compile(r"times: the workers' sshd ready after (\S+)s, mpirun started after "
@@ -73,64 +61,45 @@ def _run_all(c: VCluster, argvs: dict, env: dict, errs: Optional[dict] = None) -
     return took
 
 
-def bench(sizes: list, repeats: int) -> None:
-    gen = applied(_Tmp())
-    setup = next(gen)
-    try:
-        for n in sizes:
-            with VCluster(n) as c:
-                start_nodes(c)
-                script = export(c, setup["env"], "mpi")
-                hosts = ",".join(c.names)
-                hostfile = c.tmp / "hostfile"
-                hostfile.write_text("".join(f"{h} slots=1\n" for h in c.names))
-                env = dict(setup["env"], HOSTS=hosts, WAIT_TRIES="10", FIRST_GONE_AFTER="120")
-                bare = ["mpirun", "--allow-run-as-root", "--hostfile", str(hostfile), "-np",
-                        str(n), "--mca", "plm_rsh_args", f"-p {PORT}", "--mca",
-                        "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0",
-                        "hostname"]
-                ours = ["bash", script, "--", "hostname"]
-                rows = {"bare": [], "first alone": [], "every (last)": [], "every (first)": []}
-                phases = {"first alone": [], "every (first)": []}
-                for _ in range(repeats):
-                    rows["bare"].append(_run_all(c, {"node1": bare}, env)["node1"])
-                    errs: dict = {}
-                    rows["first alone"].append(_run_all(c, {"node1": ours}, env, errs)["node1"])
-                    phases["first alone"].append(_phases(errs["node1"]))
-                    for m in (Path.home() / ".hpcwizard" / "launch").glob("done.*"):
-                        m.unlink()  # the markers nobody read: the workers ran no script
-                    took = _run_all(c, {h: ours for h in c.names}, env, errs)
-                    rows["every (last)"].append(max(took.values()))
-                    rows["every (first)"].append(took["node1"])
-                    phases["every (first)"].append(_phases(errs["node1"]))
-                base = statistics.median(rows["bare"])
-                for name, vals in rows.items():
-                    med = statistics.median(vals)
-                    print(f"N={n:<3} {name:<14} median {med:7.2f}s  {med / base:5.2f}x bare  "
-                          f"({', '.join(f'{v:.2f}' for v in vals)})", flush=True)
-                for name, runs in phases.items():
-                    runs = [r for r in runs if r]
-                    if runs:
-                        print(f"N={n:<3} {name:<14} phases (median s): " + ", ".join(
-                            f"{p} {statistics.median(r[p] for r in runs):.2f}" for p in PHASES),
-                            flush=True)
-    finally:
-        for _ in gen:
-            pass
-
-
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[4, 16])
-    ap.add_argument("--repeats", type=int, default=2)
-    a = ap.parse_args()
-    if os.geteuid() != 0 or os.environ.get("HPCWIZARD_BENCH_SYSTEM") != "1":
-        print("skipped: needs root and HPCWIZARD_BENCH_SYSTEM=1 (it applies the MPI "
-              "configuration and makes network namespaces)")
-        return 0
-    bench(a.sizes, a.repeats)
-    return 0
+def bench(setup: dict, sizes: list, repeats: int) -> None:
+    for n in sizes:
+        with VCluster(n) as c:
+            start_nodes(c)
+            script = export(c, setup["env"], "mpi")
+            hosts = ",".join(c.names)
+            hostfile = c.tmp / "hostfile"
+            hostfile.write_text("".join(f"{h} slots=1\n" for h in c.names))
+            env = dict(setup["env"], HOSTS=hosts, WAIT_TRIES="10", FIRST_GONE_AFTER="120")
+            bare = ["mpirun", "--allow-run-as-root", "--hostfile", str(hostfile), "-np",
+                    str(n), "--mca", "plm_rsh_args", f"-p {PORT}", "--mca",
+                    "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0",
+                    "hostname"]
+            ours = ["bash", script, "--", "hostname"]
+            rows = {"bare": [], "first alone": [], "every (last)": [], "every (first)": []}
+            phases = {"first alone": [], "every (first)": []}
+            for _ in range(repeats):
+                rows["bare"].append(_run_all(c, {"node1": bare}, env)["node1"])
+                errs: dict = {}
+                rows["first alone"].append(_run_all(c, {"node1": ours}, env, errs)["node1"])
+                phases["first alone"].append(_phases(errs["node1"]))
+                for m in (Path.home() / ".hpcwizard" / "launch").glob("done.*"):
+                    m.unlink()  # the markers nobody read: the workers ran no script
+                took = _run_all(c, {h: ours for h in c.names}, env, errs)
+                rows["every (last)"].append(max(took.values()))
+                rows["every (first)"].append(took["node1"])
+                phases["every (first)"].append(_phases(errs["node1"]))
+            base = statistics.median(rows["bare"])
+            for name, vals in rows.items():
+                med = statistics.median(vals)
+                print(f"N={n:<3} {name:<14} median {med:7.2f}s  {med / base:5.2f}x bare  "
+                      f"({', '.join(f'{v:.2f}' for v in vals)})", flush=True)
+            for name, runs in phases.items():
+                runs = [r for r in runs if r]
+                if runs:
+                    print(f"N={n:<3} {name:<14} phases (median s): " + ", ".join(
+                        f"{p} {statistics.median(r[p] for r in runs):.2f}" for p in PHASES),
+                        flush=True)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_namespaces.main(__doc__, bench, [4, 16], 2))
