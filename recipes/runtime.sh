@@ -965,15 +965,18 @@ hw_rt_end_ask() {
     fi
   done
   exec {wfd}>&-  # ssh's input ends, and the coproc's last read
-  kill "$pid" 2>/dev/null || true
+  kill "$pid" 2>/dev/null || true  # the coproc this function started, never a pid file's
   wait "$pid" 2>/dev/null || true
   if [ -z "$said" ]; then
-    if [ "${rc:-1}" -ne 0 ]; then HW_RT_ERROR="ssh to $1 failed${last:+: $last}"
+    if [ -z "$rc" ]; then HW_RT_ERROR="$1 gave no answer within 30s${last:+: $last}"
+    elif [ "$rc" -ne 0 ]; then HW_RT_ERROR="ssh to $1 failed${last:+: $last}"
     else HW_RT_ERROR="$1 gave no answer to ssh${last:+: $last}"; fi
     return 2
   fi
   [[ $said =~ $re ]]
   [ -n "${BASH_REMATCH[2]}" ] || return 1
+  # HOST's clock before its record (no date there, or a clock stepped back): its age unknown
+  if ((10#${BASH_REMATCH[1]} < 10#${BASH_REMATCH[4]})); then return 1; fi
   # written at (t1 - its age) or later by this clock: after START for certain, or not taken
   if ((10#${BASH_REMATCH[1]} - 10#${BASH_REMATCH[4]} >= 10#$t1 - 10#$4 - slack)); then return 1; fi
   HW_RT_END_STATUS=$((10#${BASH_REMATCH[3]}))

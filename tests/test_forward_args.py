@@ -139,6 +139,6 @@ def test_forward_env_words_as_the_launch_script_splits_them():
     assert more_names({"FORWARD_ENV": "HF_HOME, WANDB_MODE\tA_1"}) == (
         "HF_HOME", "WANDB_MODE", "A_1")
     assert more_names({}) == ()
-    for bad in ("A;B", "1X", "HF_HOME $(id)", "A-B"):
+    for bad in ("A;B", "1X", "HF_HOME $(id)", "A-B", "NCCL_DEBUG\r", "A\u00a0B"):
         with pytest.raises(BadInput, match="FORWARD_ENV: .* is not a variable name"):
             more_names({"FORWARD_ENV": bad})

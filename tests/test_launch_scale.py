@@ -263,17 +263,21 @@ def test_a_worker_asks_no_more_often_than_its_period(tmp_path):
     ("3 {now-1.1}", "1 no %N", (1, "")),  # whole seconds: never an earlier run's taken
     ("3 {now-5}", "100 no %N", (0, "3")),
     ("x y", 100, (2, "")),              # not a record: no answer
+    ("3 {now-100}", "10 no date", (1, "")),  # no clock there: an earlier run's not taken
 ])
 def test_asking_for_the_record_tells_this_runs_from_an_earlier_ones(tmp_path, record, waited,
                                                                     want):
     """waited: the worker's wait in seconds; 'no %N': the first instance's date gives whole
-    seconds only (busybox)."""
+    seconds only (busybox); 'no date': it gives nothing."""
     fk = _fakes(tmp_path, "node02", HOSTS)
     path = _first_over_ssh(tmp_path, fk)
     if "no %N" in str(waited):
         (tmp_path / "bin/date").write_text(
             '#!/bin/bash\nif [ "$1" = +%s%N ]; then echo "$(/bin/date +%s)N"; '
             'else exec /bin/date "$@"; fi\n')
+        (tmp_path / "bin/date").chmod(0o755)
+    if "no date" in str(waited):
+        (tmp_path / "bin/date").write_text("#!/bin/bash\nexit 127\n")
         (tmp_path / "bin/date").chmod(0o755)
     now = time.time()
     if record is not None:

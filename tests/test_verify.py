@@ -402,3 +402,11 @@ def test_hosts_given_as_addresses_pass_mpirun_by_their_own_names():
     assert c["cluster/mpirun"].status == FAIL
     _, c, _ = run(ips, answers={hostname_run: (0, "node1\nnode1\nnode2\n")})  # twice on one
     assert c["cluster/mpirun"].status == FAIL
+
+
+def test_instances_whose_host_names_are_their_addresses():
+    """`hostname` may print the address itself; two addresses are two instances."""
+    ips = {"10.78.0.1": "ok", "10.78.0.2": "ok"}
+    hostname_run = lambda p: isinstance(p, P.Mpirun) and p.program == ("hostname",)  # noqa: E731
+    _, c, _ = run(ips, answers={hostname_run: (0, "10.78.0.1\n10.78.0.2\n")})
+    assert c["cluster/mpirun"].status == PASS, c["cluster/mpirun"].detail

@@ -542,3 +542,12 @@ def test_hostnames_that_ran_together_each_count():
     assert host_lines("node10node1\n", names) == ["node10", "node1"]
     assert host_lines("node1node9\n", names) == ["node1node9"]  # not all known: as printed
     assert host_lines("node1node8\n") == ["node1node8"]  # nothing expected: as printed
+
+
+def test_names_that_are_runs_of_other_names_are_split_once_per_start():
+    """Each start of the line is tried once: names made of other names ('a', 'aa') cannot
+    make the split take exponential time on a long line."""
+    from hpcwizard.verify.parse import host_lines
+
+    assert host_lines("a" * 200 + "b\n", ["a", "aa"]) == ["a" * 200 + "b"]
+    assert host_lines("aaab\n", ["a", "aa", "b"]) == ["aa", "a", "b"]

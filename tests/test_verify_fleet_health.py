@@ -417,3 +417,19 @@ def test_every_kind_the_judge_names_is_a_known_one():
 
     named = {kind for _case, _odd, found in CASES for _h, kind, _s in found}
     assert named | {"not-read"} == set(KINDS)
+
+
+def test_digits_of_other_scripts_in_the_output_are_no_numbers():
+    """str.isdigit() takes '²' and '٣'; int() refuses the one and reads the other: another
+    host's odd output is unknown, never a traceback or a made-up count."""
+    from hpcwizard.verify.nodehealth import TAG
+
+    text = (f"{TAG}\tib\tmlx5_0\t1\tlink_downed\t²\n"
+            f"{TAG}\tib\tmlx5_0\t1\tsymbol_error\t٣\n"
+            f"{TAG}\tib\tmlx5_0\t1\tport_rcv_errors\t7\n"
+            f"{TAG}\tgpu-fields\tindex,pci.bus_id,ecc.errors.uncorrected.volatile.total\n"
+            f"{TAG}\tgpu\t²,00000000:3A:00.0,0\n"
+            f"{TAG}\tend\n")
+    node = parse_health(text)
+    assert node.complete and node.gpus == ()
+    assert [dict(p.counters) for p in node.ports] == [{"port_rcv_errors": 7}]

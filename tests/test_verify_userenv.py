@@ -165,3 +165,16 @@ def test_hosts_given_as_addresses_are_judged_by_the_names_ranks_give():
     assert c[ID].status == FAIL
     assert "node2: python3 of /usr, not /opt/venv" in c[ID].detail
     assert "1 of 3 instances: no rank answered" in c[ID].detail
+
+
+def test_a_rank_whose_host_name_is_an_address_is_judged_once():
+    """A node whose host name is its IP answers with the address itself."""
+    from hpcwizard.verify.jobenv import JobEnv
+    from hpcwizard.verify.userenv import RankEnv, problems
+
+    env = JobEnv(sys_prefix=VENV, omp="3")
+    said = [RankEnv("10.0.0.1", VENV, "3"), RankEnv("10.0.0.2", "/usr", "3")]
+    assert problems(env, ["10.0.0.1", "10.0.0.2"], said) == {
+        "10.0.0.2": f"python3 of /usr, not {VENV}"}
+    assert problems(env, ["10.0.0.1", "10.0.0.2"], said[:1]) == {
+        "1 of 2 instances": "no rank answered"}

@@ -30,8 +30,8 @@ from ..plan import job_ports
 from . import needs as N
 from .context import Ctx, _check, _skip, gather
 from .pair import launch_pair, torch_nproc
-from .parse import (address_of, parse_busbw, parse_ib_write_bw, parse_link_speed,
-                    parse_tcp_bw, parse_tcp_listen, route_dev)
+from .parse import (address_of, digits, parse_busbw, parse_ib_write_bw,
+                    parse_link_speed, parse_tcp_bw, parse_tcp_listen, route_dev)
 from .probes import (IbWriteBwClient, IbWriteBwServer, LinkSpeed, Ran, Resolve,
                      RouteTo, TcpBwReceiver, TcpBwSender)
 from .results import PASS, Check
@@ -332,7 +332,7 @@ def tcp_pair(ctx: Ctx, here: str, peer: str) -> Check:
     r = ctx.ask(receiver)
     listen = parse_tcp_listen(r.out) if r.ok else {}
     port, token = listen.get("port", ""), listen.get("token", "")
-    if not (port.isdigit() and 0 < int(port) < 65536 and _TOKEN.fullmatch(token)):
+    if not (digits(port) and 0 < int(port) < 65536 and _TOKEN.fullmatch(token)):
         return _check(cid, title, r, False, t0=t0, host=peer, detail=r.last_line(),
                       plain=_("{host} has no address {address}, which its name resolves to "
                               "here (NAT between the instances, or /etc/hosts that differ): "

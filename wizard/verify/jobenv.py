@@ -5,6 +5,7 @@ that would run the launch script), so that verify's ranks get the same `-x` name
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Mapping, Optional, Tuple
 
@@ -64,7 +65,9 @@ def parse(text: str) -> JobEnv:
 def more_names(env: Mapping[str, str]) -> Tuple[str, ...]:
     """FORWARD_ENV's names (blanks or commas between them), as the launch script reads it;
     a word that is no variable name is refused as the launch script refuses it."""
-    words = env.get(FORWARD.variable, "").replace(",", " ").split()
+    # split as the launch script's `read -a` with IFS space, tab and newline: a \r is part
+    # of a word there, and refused
+    words = [w for w in re.split(r"[ \t\n,]+", env.get(FORWARD.variable, "")) if w]
     for word in words:
         if not ENV_NAME.fullmatch(word):
             raise BadInput(_("{variable}: {word!r} is not a variable name (letters, digits and "

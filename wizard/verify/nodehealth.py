@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from .parse import digits
 from .shipped import program
 
 HEALTH = "health.sh"
@@ -88,7 +89,7 @@ _UNKNOWN = ("[n/a]", "n/a", "[not supported]", "not supported", "[unknown error]
 def _count(value: str) -> Optional[int]:
     """'0', '12' -> the count; '[N/A]', '[Not Supported]' -> None (unknown, never 0)."""
     v = value.strip()
-    return int(v) if v.isdigit() else None
+    return int(v) if digits(v) else None
 
 
 def _yes(value: str) -> Optional[bool]:
@@ -129,7 +130,7 @@ def _gpus(fields: List[str], rows: List[str]) -> Tuple[GpuHealth, ...]:
     out = []
     for row in rows:
         values = dict(zip(fields, (v.strip() for v in row.split(","))))
-        if not values.get("index", "").isdigit():
+        if not digits(values.get("index", "")):
             continue  # not a row of the query (a warning nvidia-smi mixed in)
         out.append(GpuHealth(
             values["index"], values.get("pci.bus_id", ""),
@@ -153,7 +154,7 @@ def parse_health(text: str) -> NodeHealth:
         if parts[0] != TAG or len(parts) < 2:
             continue
         kind, rest = parts[1], parts[2:]
-        if kind == "ib" and len(rest) == 4 and rest[3].strip().isdigit():
+        if kind == "ib" and len(rest) == 4 and digits(rest[3].strip()):
             hca, port, counter, value = rest
             ports.setdefault((hca, port), {})[counter] = int(value)
         elif kind == "gpu-fields" and rest:

@@ -16,7 +16,7 @@ from ..plan import Plan
 from .bandwidth import _TOKEN, TCP_BW, TCP_FAST_MBPS, _address, link_to
 from .context import Ctx, gather
 from .pairjudge import Measured, Verdict, judge
-from .parse import parse_tcp_bw, parse_tcp_listen
+from .parse import digits, parse_tcp_bw, parse_tcp_listen
 from .probes import TcpBwAt
 from .rounds import Round, matchings, rounds
 from .shipped import program
@@ -92,7 +92,7 @@ def direction(ctx: Ctx, sender: str, receiver: str, here: str, round: int = 0) -
     r = ctx.ask(on(receiver, ("--receive", address)))
     listen = parse_tcp_listen(r.out) if r.ok else {}
     port, token = listen.get("port", ""), listen.get("token", "")
-    if not (port.isdigit() and 0 < int(port) < 65536 and _TOKEN.fullmatch(token)):
+    if not (digits(port) and 0 < int(port) < 65536 and _TOKEN.fullmatch(token)):
         return Measured(sender, receiver, None, _("the receiver did not start on {host}: "
                                                   "{line}").format(host=receiver,
                                                                    line=r.last_line()),

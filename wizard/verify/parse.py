@@ -8,7 +8,8 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from functools import lru_cache
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..detect.rdma import parse_rate, parse_state
 from ..detect.software import parse_ucx_version
@@ -23,8 +24,15 @@ def first_line(text: str) -> str:
 
 
 def short(name: str) -> str:
-    """A host name without its domain, in lower case: how names are compared."""
-    return name.split(".", 1)[0].lower()
+    """A host name without its domain, in lower case: how names are compared (an address
+    whole: its first number names no host)."""
+    return name.lower() if is_address(name) else name.split(".", 1)[0].lower()
+
+
+def digits(text: str) -> bool:
+    """Only 0-9 (str.isdigit() also takes '²' and other scripts' digits, which int() refuses
+    or reads): a number in another host's output."""
+    return text.isascii() and text.isdigit()
 
 
 def is_address(name: str) -> bool:
@@ -105,17 +113,20 @@ def host_lines(text: str, names: Sequence[str] = ()) -> List[str]:
 
 
 def _joined(word: str, known: "set[str]") -> List[str]:
-    """word as a run of known names ("node1node12" -> node1, node12), [] when it is not."""
-    if not word:
-        return []
-    for end in range(len(word), 0, -1):
-        head = word[:end]
-        if head in known:
-            rest = word[end:]
-            tail = _joined(rest, known) if rest else []
-            if not rest or tail:
-                return [head, *tail]
-    return []
+    """word as a run of known names ("node1node12" -> node1, node12), [] when it is not.
+    Each start is tried once (names that are runs of other names cannot blow it up)."""
+    @lru_cache(maxsize=None)
+    def rest_from(i: int) -> Optional[Tuple[str, ...]]:
+        if i == len(word):
+            return ()
+        for end in range(len(word), i, -1):
+            if word[i:end] in known:
+                tail = rest_from(end)
+                if tail is not None:
+                    return (word[i:end], *tail)
+        return None
+
+    return list(rest_from(0) or ()) if word else []
 
 
 def marked(text: str, mark: str) -> List[str]:
@@ -243,7 +254,7 @@ def parse_ib_write_bw(text: str) -> "float | None":
     rows: Dict[int, List[float]] = {}
     for line in text[m.end():].splitlines():
         words = line.split()
-        if len(words) >= 4 and words[0].isdigit() and words[1].isdigit():
+        if len(words) >= 4 and digits(words[0]) and digits(words[1]):
             try:
                 rows.setdefault(int(words[0]), []).append(float(words[3]))
             except ValueError:

@@ -54,29 +54,36 @@ def rank_envs(text: str) -> List[RankEnv]:
 def problems(env: JobEnv, names: List[str], ranks: List[RankEnv]) -> Dict[str, str]:
     """host -> what is wrong there ({} when every host's rank runs this environment's Python
     with its OMP_NUM_THREADS): another Python, the setting missing or different, no answer."""
-    out: Dict[str, str]
+    out: Dict[str, str] = {}
     if any(is_address(n) for n in names):
         # each rank answers with its instance's own name, which an address does not tell:
         # judged by that name, and the instances that did not answer counted
-        out = {h: why for r in ranks for h, why in problems(env, [r.host], [r]).items()}
+        for r in ranks:
+            why = _wrong(env, r)
+            if why:
+                out[r.host] = why
         missing = len(names) - len({short(r.host) for r in ranks})
         if missing > 0:
             out[_("{n} of {total} instances").format(n=missing, total=len(names))] = \
                 _("no rank answered")
         return out
     seen = {short(r.host): r for r in ranks}
-    out = {}
     for name in names:
         r = seen.get(short(name))
-        if r is None:
-            out[name] = _("no rank answered")
-        elif r.prefix != env.sys_prefix:
-            out[name] = _("python3 of {got}, not {want}").format(got=r.prefix,
-                                                                want=env.sys_prefix)
-        elif env.omp is not None and r.omp != env.omp:
-            out[name] = (_("OMP_NUM_THREADS unset, not {want}") if r.omp is None else
-                         _("OMP_NUM_THREADS={got}, not {want}")).format(got=r.omp, want=env.omp)
+        why = _wrong(env, r) if r is not None else _("no rank answered")
+        if why:
+            out[name] = why
     return out
+
+
+def _wrong(env: JobEnv, r: RankEnv) -> str:
+    """What is wrong with one rank's answer ("" nothing): another Python, the setting."""
+    if r.prefix != env.sys_prefix:
+        return _("python3 of {got}, not {want}").format(got=r.prefix, want=env.sys_prefix)
+    if env.omp is not None and r.omp != env.omp:
+        return (_("OMP_NUM_THREADS unset, not {want}") if r.omp is None else
+                _("OMP_NUM_THREADS={got}, not {want}")).format(got=r.omp, want=env.omp)
+    return ""
 
 
 def title(ctx: Ctx, host: str = "") -> str:
