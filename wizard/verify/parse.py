@@ -1,15 +1,16 @@
 """Reading what verify's commands print: `sshd -T` / `ssh -G`, `ucx_info -d`, `ip route
-get`, the torch probe's line, the all-reduce's lines, and which transport the UCX and NCCL
-logs say was chosen. Pure functions of text, tested on recorded outputs."""
+get`, the torch probe's line, the all-reduce's lines, which of the job's hosts answered
+(HostMatcher), and which transport the UCX and NCCL logs say was chosen. Pure functions of
+text, tested on recorded outputs."""
 from __future__ import annotations
 
 import ipaddress
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..detect.rdma import parse_rate, parse_state
 from ..detect.software import parse_ucx_version
@@ -25,8 +26,13 @@ def first_line(text: str) -> str:
 
 def short(name: str) -> str:
     """A host name without its domain, in lower case: how names are compared (an address
-    whole: its first number names no host)."""
-    return name.lower() if is_address(name) else name.split(".", 1)[0].lower()
+    whole and in one spelling: its first number names no host, and fe80::1 is fe80:0::1)."""
+    return _whole(name) if is_address(name) else name.split(".", 1)[0].lower()
+
+
+def _whole(name: str) -> str:
+    """The whole name in lower case; an address in its one spelling."""
+    return str(ipaddress.ip_address(name)) if is_address(name) else name.lower()
 
 
 def digits(text: str) -> bool:
@@ -127,6 +133,116 @@ def _joined(word: str, known: "set[str]") -> List[str]:
         return None
 
     return list(rest_from(0) or ()) if word else []
+
+
+# --- which of the job's hosts answered (mpirun hostname, the ranks' lines, the key login) ---
+
+
+@dataclass(frozen=True)
+class Answer:
+    said: str  # an instance's answer: its host name, as it printed it
+    host: str  # the listed host it stands for; "" none (a stranger)
+    named: bool  # by a name that host is known by (False: dealt to an address, see match)
+
+
+@dataclass(frozen=True)
+class HostMatch:
+    """The answers and the listed host each stands for: what a check judges and names."""
+    matcher: "HostMatcher"
+    answers: Tuple[Answer, ...]
+
+    def of(self, host: str) -> List[Answer]:
+        return [a for a in self.answers if a.host == host]
+
+    @property
+    def missing(self) -> List[str]:
+        return [h for h in self.matcher.hosts if not self.of(h)]
+
+    @property
+    def twice(self) -> List[str]:
+        return [h for h in self.matcher.hosts if len(self.of(h)) > 1]
+
+    @property
+    def strangers(self) -> List[str]:
+        return [a.said for a in self.answers if not a.host]
+
+    @property
+    def ok(self) -> bool:
+        """Every listed host answered once, and nothing else did."""
+        return not (self.missing or self.twice or self.strangers)
+
+    def label(self, host: str) -> str:
+        """How to name a listed host to people: an address with its instance's name beside
+        it ('10.0.0.2 (node2)'), since the address alone says nothing to the reader; a dealt
+        answer by that name only (which address it came from is not known)."""
+        dealt = [a.said for a in self.of(host) if not a.named]
+        if dealt:
+            return dealt[0]
+        name = self.matcher.said.get(host, "")
+        return f"{host} ({name})" if name and short(name) != short(host) else host
+
+
+@dataclass(frozen=True)
+class HostMatcher:
+    """The one rule for "which instance answered": the job's hosts as listed (names or IP
+    addresses, as the platform gives them) and the name each one's instance gave on the
+    key login, against what instances answer (`hostname`, a rank's socket.gethostname())."""
+    hosts: Tuple[str, ...]
+    # host -> the name its instance answered the key login with: how an address is known
+    said: Mapping[str, str] = field(default_factory=dict)
+
+    def names_of(self, host: str) -> Tuple[str, ...]:
+        name = self.said.get(host, "")
+        return (host, name) if name else (host,)
+
+    def lines(self, text: str) -> List[str]:
+        """`mpirun hostname`'s answers (host_lines), run-together lines split by every name
+        a host is known by: an address's instance answers with its name, not the address."""
+        return host_lines(text, [n for h in self.hosts for n in self.names_of(h)])
+
+    def match(self, answers: Sequence[str]) -> HostMatch:
+        """Each answer -> the listed host known by that name (the whole name first, then
+        without its domain). An answer no host is known by is dealt to a listed address
+        whose instance's name is not known yet (the key login, which learns it, has only
+        the address), the same name again to the same one; with none left, a stranger.
+        Dealing comes after naming, so an address that answers with itself keeps it."""
+        indexes = self._indexes()
+        named = [_named(a, indexes) for a in answers]
+        taken = set(named)
+        unknown = [h for h in self.hosts
+                   if is_address(h) and h not in self.said and h not in taken]
+        dealt: Dict[str, str] = {}  # short answer -> the address it was dealt
+        out = []
+        for said, host in zip(answers, named):
+            if not host and unknown and short(said) not in dealt:
+                dealt[short(said)] = unknown.pop(0)
+            out.append(Answer(said, host or dealt.get(short(said), ""), bool(host)))
+        return HostMatch(self, tuple(out))
+
+    def _indexes(self) -> "Tuple[_Index, ...]":
+        """(how names are compared, name -> the first host known by it): the whole name
+        first (node1.a and node1.b listed, answering in full), then without its domain."""
+        out = []
+        for key in (_whole, short):
+            index: Dict[str, str] = {}
+            for host in self.hosts:
+                for name in self.names_of(host):
+                    index.setdefault(key(name), host)
+            out.append((key, index))
+        return tuple(out)
+
+
+_Index = Tuple[Callable[[str], str], Dict[str, str]]
+
+
+def _named(answer: str, indexes: Sequence[_Index]) -> str:
+    """The first listed host known by this name, "" none. Two hosts known by one name
+    cannot be told apart by their answers: the first takes them all, so the other shows
+    as not answered (two addresses of one instance, listed as two hosts)."""
+    for key, index in indexes:
+        if key(answer) in index:
+            return index[key(answer)]
+    return ""
 
 
 def marked(text: str, mark: str) -> List[str]:
