@@ -26,6 +26,12 @@ except ImportError:  # pragma: no cover - until wizard/runtime.py lands: its con
     hpcwizard.runtime = _stand_in
 
 
+def logins_by_name(ips):
+    """Each address's key login answers its instance's name: node1, node2, ... in order."""
+    return {(lambda p, ip=ip: isinstance(p, P.SshCommand) and p.remote == "hostname"
+             and p.host == ip): (0, f"node{i}\n") for i, ip in enumerate(ips, 1)}
+
+
 class FakeSystem(System):
     """Peers: name -> state ('ok', 'down', 'noname', 'nokey', 'wrong'); probes answered from
     those states. `here` is the host this instance is (FakeSystem.rank: which of the job's

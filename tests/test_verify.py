@@ -5,7 +5,7 @@ import subprocess
 from pathlib import Path
 
 from _core_fixtures import ROOT, facts
-from _verify_fixtures import FakeSystem
+from _verify_fixtures import FakeSystem, logins_by_name
 from hpcwizard.verify import probes as P
 from hpcwizard.catalog import load_catalog
 from hpcwizard.choices import make_choices
@@ -390,9 +390,8 @@ def test_hosts_given_as_addresses_pass_mpirun_by_their_own_names():
     name. Every instance answering once passes; one missing fails."""
     ips = {"10.78.0.1": "ok", "10.78.0.2": "ok", "10.78.0.3": "ok"}
     hostname_run = lambda p: isinstance(p, P.Mpirun) and p.program == ("hostname",)  # noqa: E731
-    login = lambda p: isinstance(p, P.SshCommand) and p.remote == "hostname"  # noqa: E731
     report, c, _ = run(ips, answers={hostname_run: (0, "node1\nnode2\nnode3\n"),
-                                     login: (0, "node2\n")})
+                                     **logins_by_name(ips)})
     assert c["cluster/mpirun"].status == PASS, c["cluster/mpirun"].detail
     assert "node1, node2, node3" in c["cluster/mpirun"].detail
     # the key login's answer is the instance's name, not its address: not a stale entry

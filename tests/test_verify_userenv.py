@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from _core_fixtures import ROOT, facts
-from _verify_fixtures import FakeSystem
+from _verify_fixtures import FakeSystem, logins_by_name
 from hpcwizard.catalog import load_catalog
 from hpcwizard.choices import make_choices
 from hpcwizard.hosts import Hosts
@@ -152,7 +152,7 @@ def test_hosts_given_as_addresses_are_judged_by_the_names_ranks_give():
 
     def with_ips(rank_out):
         sys_ = FakeSystem(ips, {P.JobEnvironment: (0, VENV_ENV), _is_env_run: (0, rank_out),
-                                hostname_run: (0, hostnames)})
+                                hostname_run: (0, hostnames), **logins_by_name(ips)})
         plan = build_plan(facts(user=ROOT), make_choices(framework="mpi", network="tcp",
                                                          mode="manual"), load_catalog())
         report = verify(plan, facts(user=ROOT), Hosts(tuple(ips), "SKYPILOT_NODE_IPS"),
@@ -163,8 +163,9 @@ def test_hosts_given_as_addresses_are_judged_by_the_names_ranks_give():
     assert c[ID].status == PASS, c[ID].detail
     c = with_ips(ranks(("node1", VENV, "3"), ("node2", "/usr", "3")))
     assert c[ID].status == FAIL
-    assert "node2: python3 of /usr, not /opt/venv" in c[ID].detail
-    assert "1 of 3 instances: no rank answered" in c[ID].detail
+    # each address is named with the name its key login gave: which instance is which
+    assert c[ID].detail == ("10.78.0.2 (node2): python3 of /usr, not /opt/venv; "
+                            "10.78.0.3 (node3): no rank answered")
 
 
 def test_a_rank_whose_host_name_is_an_address_is_judged_once():
@@ -177,4 +178,4 @@ def test_a_rank_whose_host_name_is_an_address_is_judged_once():
     assert problems(env, ["10.0.0.1", "10.0.0.2"], said) == {
         "10.0.0.2": f"python3 of /usr, not {VENV}"}
     assert problems(env, ["10.0.0.1", "10.0.0.2"], said[:1]) == {
-        "1 of 2 instances": "no rank answered"}
+        "10.0.0.2": "no rank answered"}

@@ -31,8 +31,8 @@ from .jobenv import job_env
 from .nccl_log import nccl_transport
 from .pair import (RENDEZVOUS_PORT, STATIC_RENDEZVOUS, cache_path, launch_pair,  # noqa: F401
                    spread, torch_nproc)
-from .parse import (host_lines, is_address, parse_allreduce, route_dev, short,
-                    transport_from_ucx_log, address_of)
+from .parse import (HostMatch, address_of, parse_allreduce, route_dev, short,
+                    transport_from_ucx_log)
 from .probes import (BuildMpiProgram, IsExecutable, Mpirun, MpirunVersion, Ran, Resolve,
                      RouteTo)
 from .results import FAIL, PASS, Check
@@ -101,6 +101,19 @@ def mpirun_title(ctx: Ctx, host: str = "") -> str:
     return _("mpirun starts a process on all {n} hosts").format(n=len(ctx.names))
 
 
+def unmatched(found: HostMatch) -> Dict[str, str]:
+    """Who did not answer as one listed host should, in the hosts' order, strangers last:
+    label -> why (cluster/mpirun and cluster/user-env say it alike)."""
+    out: Dict[str, str] = {}
+    for host in found.matcher.hosts:
+        k = len(found.of(host))
+        if k != 1:
+            out[found.label(host)] = (_("no rank answered") if not k else
+                                      _("answered more than once"))
+    out.update((said, _("not one of the job's hosts")) for said in found.strangers)
+    return out
+
+
 def check_mpirun(ctx: Ctx, host: str = "") -> Check:
     t0 = time.monotonic()
     names = ctx.names
@@ -108,15 +121,15 @@ def check_mpirun(ctx: Ctx, host: str = "") -> Check:
     hf = ctx.write_temp("hostfile", _hostfile(ctx, names))
     r = ctx.ask(Mpirun(hf, n, (*_mpirun_args(ctx), "--map-by", "node"), ("hostname",),
                        user=ctx.user))
-    ranks = host_lines(r.out, names) if r.ok else []
-    got = sorted({short(x) for x in ranks})
-    if any(is_address(x) for x in names):  # each instance answers with a name of its own
-        ok = r.ok and len(ranks) == n and len(got) == n
-    else:
-        ok = r.ok and len(ranks) == n and got == sorted({short(x) for x in names})
+    matcher = ctx.matcher()
+    found = matcher.match(matcher.lines(r.out) if r.ok else [])
+    got = sorted({short(a.said) for a in found.answers})
+    ok = r.ok and found.ok
     detail = (_("{n} ranks on {hosts}").format(n=n, hosts=", ".join(got)) + _mpi_note(ctx)
               if ok else
-              (_("ran on {hosts}").format(hosts=", ".join(got)) if r.ok else r.last_line()))
+              "; ".join([_("ran on {hosts}").format(hosts=", ".join(got)),
+                         *(f"{h}: {why}" for h, why in unmatched(found).items())])
+              if r.ok else r.last_line())
     return _check("cluster/mpirun", mpirun_title(ctx), r, ok, detail=detail,
                   fallback="mpi-daemons", t0=t0,
                   plain=_("mpirun could not start processes on every instance; the diagnosis "

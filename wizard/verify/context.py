@@ -13,6 +13,7 @@ from ..hosts import Hosts
 from ..i18n import _
 from ..plan import Plan
 from ..scratch import Owner
+from .parse import HostMatcher
 from .probes import Probe, Ran
 from .results import FAIL, PASS, SKIP, Check
 from .system import System
@@ -49,6 +50,7 @@ class Ctx:
         self.torch: Dict[str, object] = {}  # the torch probe's answer
         self.torch_command = ""
         self.addresses: Dict[str, str] = {}  # peer -> its address (peer/HOST/resolve)
+        self.said: Dict[str, str] = {}  # host -> the name its instance gave (peer/HOST/login)
         self.allreduce: Optional[Tuple[Ran, str, str]] = None  # both halves, backend, command
         # for the mpirun commands, found once (mpi_setup): Open MPI's version, the interface
         self.mpi: Optional[Tuple[Optional[int], str, str, str]] = None
@@ -75,6 +77,11 @@ class Ctx:
             self._rank = (self.sys.rank(self.names, self.hosts.rank_var)
                           if self.hosts is not None and self.names else None,)
         return self._rank[0]
+
+    def matcher(self) -> HostMatcher:
+        """Which of the job's hosts an answer stands for, with the names the key logins
+        learned (cluster checks run after every peer's)."""
+        return HostMatcher(self.names, dict(self.said))
 
     def here_name(self) -> str:
         i = self.rank()

@@ -10,7 +10,7 @@ from ..i18n import _
 from . import fleet
 from . import needs as N
 from .context import Ctx, _check
-from .parse import address_of, first_line, is_address, short
+from .parse import HostMatcher, address_of, first_line
 from .probes import CONNECT_TIMEOUT, Resolve, SshCommand, TcpConnect
 from .results import FAIL, SKIP, Check
 from .spec import Spec
@@ -74,9 +74,10 @@ def check_login(ctx: Ctx, host: str) -> Check:
     t0 = time.monotonic()
     r = ctx.ask(SshCommand(host, ctx.port, "hostname", user=ctx.user))
     got = first_line(r.out) if r.ok else ""
-    # an address tells no name to compare with: any instance answering is the one it names
-    same = bool(got) and (is_address(host) or short(got) == short(host)
-                          or got.lower() == host.lower())
+    # asked alone: this login is what teaches the matcher an address's name
+    same = bool(got) and HostMatcher((host,)).match([got]).ok
+    if same:
+        ctx.said[host] = got
     if r.ok and not same:
         return Check(f"peer/{host}/login", title, FAIL, r.command,
                      _("reached {name!r}").format(name=got),

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Mapping, Optional, Sequence
 
 from ..i18n import _
-from .cluster import _hostfile, _mpirun_args, mpi_setup
+from .cluster import _hostfile, _mpirun_args, mpi_setup, unmatched
 from .context import Ctx, _check, _skip
 from .jobenv import JobEnv, job_env
-from .parse import is_address, marked, short
+from .parse import HostMatcher, marked
 from .probes import Mpirun
 from .results import PASS, Check
 from .spec import Spec
@@ -51,28 +51,21 @@ def rank_envs(text: str) -> List[RankEnv]:
     return out
 
 
-def problems(env: JobEnv, names: List[str], ranks: List[RankEnv]) -> Dict[str, str]:
+def problems(env: JobEnv, names: Sequence[str], ranks: Sequence[RankEnv],
+             said: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """host -> what is wrong there ({} when every host's rank runs this environment's Python
-    with its OMP_NUM_THREADS): another Python, the setting missing or different, no answer."""
+    with its OMP_NUM_THREADS): another Python, the setting missing or different, no answer,
+    two answers, a stranger. said: the names the key logins learned (HostMatcher)."""
+    found = HostMatcher(tuple(names), said or {}).match([r.host for r in ranks])
+    gone = unmatched(found)
     out: Dict[str, str] = {}
-    if any(is_address(n) for n in names):
-        # each rank answers with its instance's own name, which an address does not tell:
-        # judged by that name, and the instances that did not answer counted
-        for r in ranks:
-            why = _wrong(env, r)
-            if why:
-                out[r.host] = why
-        missing = len(names) - len({short(r.host) for r in ranks})
-        if missing > 0:
-            out[_("{n} of {total} instances").format(n=missing, total=len(names))] = \
-                _("no rank answered")
-        return out
-    seen = {short(r.host): r for r in ranks}
-    for name in names:
-        r = seen.get(short(name))
-        why = _wrong(env, r) if r is not None else _("no rank answered")
+    for host in found.matcher.hosts:  # in the hosts' order, as the check names them
+        label = found.label(host)
+        whys = [_wrong(env, r) for a, r in zip(found.answers, ranks) if a.host == host]
+        why = gone.get(label) or next((w for w in whys if w), "")
         if why:
-            out[name] = why
+            out[label] = why
+    out.update((s, gone[s]) for s in found.strangers)
     return out
 
 
@@ -104,7 +97,7 @@ def check(ctx: Ctx, host: str = "") -> List[Check]:
     hf = ctx.write_temp("hostfile-env", _hostfile(ctx, names))
     r = ctx.ask(Mpirun(hf, len(names), (*_mpirun_args(ctx), "--map-by", "node"),
                        ("python3", "-c", REPORT_PY), user=ctx.user))
-    wrong = problems(env, names, rank_envs(r.out))
+    wrong = problems(env, names, rank_envs(r.out), ctx.said)
     ok = r.ok and not wrong
     omp = (_("; OMP_NUM_THREADS={value}").format(value=env.omp) if env.omp is not None else "")
     if ok:
