@@ -9,11 +9,12 @@
 #   hw_rt_discover [--hosts TEXT] [--hostfile PATH]  -> HW_RT_NAMES, HW_RT_SLOTS, HW_RT_SOURCE
 #   hw_rt_rank NAME...                               -> HW_RT_RANK ("which host is this")
 #   hw_rt_sshd PORT                                  an sshd listening on PORT
+#   hw_rt_rest SECONDS                               a sleep without a process
 #   hw_rt_wait HOST TRIES [PORT]                     the name resolves (and PORT answers)
 #   hw_rt_slots SLOTS NP                             -> HW_RT_HOST_SLOTS, HW_RT_NP
 #   hw_rt_write_hostfile FILE SLOTS NAME...          'NAME slots=N' lines
 #   hw_rt_end_record FILE STATUS                     the first instance's record of the end
-#   hw_rt_end_tell HOST PORT STATUS DIR              a worker's end-of-job marker, over ssh
+#   hw_rt_end_tell HOST PORT STATUS DIR [OPT...]     a worker's end-of-job marker, over ssh
 #   hw_rt_clock VAR                                  -> VAR: microseconds
 #   hw_rt_end_ask HOST PORT DIR START                -> HW_RT_END_STATUS, from HOST's record
 #   hw_rt_iface VAR VALUE                            interfaces or subnets -> HW_RT_VALUE
@@ -821,6 +822,15 @@ hw_rt_sshd() {
   _hw_rt_fail 'sshd did not start listening on port {port}' port "$port"
 }
 
+# hw_rt_rest SECONDS: a sleep that starts no process (read's time-out on a pipe nobody
+# writes to). A worker rests once a second for the whole job; with many instances on one
+# machine, a sleep and a cat a second each added up to most of a core.
+# shellcheck disable=SC2317,SC2329  # the MPI launch uses it; PyTorch's and verify do not
+hw_rt_rest() {
+  if [ -z "${_HW_RT_REST_FD:-}" ]; then exec {_HW_RT_REST_FD}<> <(:); fi
+  read -r -t "$1" -u "$_HW_RT_REST_FD" _ || true
+}
+
 # hw_rt_wait HOST TRIES [PORT]: bounded retries with backoff (1, 2, 4, 8, 16, 16... seconds)
 # until HOST's name resolves and, given PORT, the port answers.
 hw_rt_wait() {
@@ -910,11 +920,14 @@ hw_rt_end_record() {
   (umask 077 && printf '%s %s\n' "$2" "$t" > "$1.part" && mv -f "$1.part" "$1")
 }
 
-# hw_rt_end_tell HOST PORT STATUS DIR: one try at HOST's marker DIR/done.HOST, written whole.
+# hw_rt_end_tell HOST PORT STATUS DIR [SSH_OPTION...]: one try at HOST's marker
+# DIR/done.HOST, written whole; the options reach ssh (the launch's connection sharing).
 # shellcheck disable=SC2317,SC2329  # the MPI launch uses it; PyTorch's and verify do not
 hw_rt_end_tell() {
-  ssh -o BatchMode=yes -o ConnectTimeout=5 -p "$2" "$1" \
-    "umask 077 && mkdir -p $4 && echo $3 > $4/done.$1.part && mv -f $4/done.$1.part $4/done.$1" \
+  local host=$1 port=$2 status=$3 dir=$4
+  shift 4
+  ssh "$@" -o BatchMode=yes -o ConnectTimeout=5 -p "$port" "$host" \
+    "umask 077 && mkdir -p $dir && echo $status > $dir/done.$host.part && mv -f $dir/done.$host.part $dir/done.$host" \
     </dev/null
 }
 

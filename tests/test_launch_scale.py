@@ -5,7 +5,9 @@ first instance is gone ends by itself, and one its word does not reach asks for 
 record of this run's end. Run with the fake commands of test_launch.py."""
 import re
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +21,12 @@ def _script(tmp_path):
     f = tmp_path / "launch.sh"
     f.write_text(launch_script(plan("mpi", "tcp")))
     return f
+
+
+# A fake ssh's first lines: its host (the word after -p PORT) in $h; a request to the
+# shared connection's master (-O exit) ends there, told nothing and logged nowhere.
+_SSH_HOST = ('a=("$@"); for ((i = 0; i < $#; i++)); do [ "${a[i]}" = -p ] && h=${a[i + 2]}; done\n'
+             'case " $* " in *" -O exit "*) exit 0 ;; esac\n')
 
 
 def _calls(fk) -> list:
@@ -46,35 +54,35 @@ def test_the_end_reaches_every_worker_at_once(tmp_path):
     met = tmp_path / "met"
     met.mkdir()
     (tmp_path / "bin/ssh").write_text(
-        f'#!/bin/bash\necho "ssh $*" >> {fk["log"]}\n: > {met}/"$7"\n'
+        f'#!/bin/bash\n{_SSH_HOST}echo "ssh $h $*" >> {fk["log"]}\n: > {met}/"$h"\n'
         f'for i in $(seq 100); do [ "$(ls {met} | wc -l)" -ge 3 ] && exit 0; sleep 0.1; done\n'
         'exit 1\n')
     env = {**fk["env"], "HOSTS": "node01,node02,node03,node07"}
     r = _run(tmp_path, launch_script(plan("mpi", "tcp")), env, ["--", "hostname"])
     assert r.returncode == 0, r.stderr
     ssh = [c for c in _calls(fk) if c.startswith("ssh ")]
-    assert sorted(c.split()[7] for c in ssh) == ["node02", "node03", "node07"], ssh
+    assert sorted(c.split()[1] for c in ssh) == ["node02", "node03", "node07"], ssh
     assert "not told" not in r.stderr and "could not tell" not in r.stderr
 
 
 def test_a_worker_not_told_is_retried_then_named_in_the_last_line(tmp_path):
     fk = _fakes(tmp_path, "node01", HOSTS)
     (tmp_path / "bin/ssh").write_text(
-        f'#!/bin/bash\necho "ssh $*" >> {fk["log"]}\n[ "$7" != node03 ]\n')
+        f'#!/bin/bash\n{_SSH_HOST}echo "ssh $h $*" >> {fk["log"]}\n[ "$h" != node03 ]\n')
     env = {**fk["env"], "HOSTS": "node01,node02,node03,node07"}
     r = _run(tmp_path, launch_script(plan("mpi", "tcp")), env, ["--", "hostname"])
     last = r.stderr.strip().splitlines()[-1]
     assert r.returncode == 3, r.stderr
     assert last.endswith("the job ended with status 0; not told after 3 tries (exit 3): "
                          "node03"), last
-    told = [c.split()[7] for c in _calls(fk) if c.startswith("ssh ")]
+    told = [c.split()[1] for c in _calls(fk) if c.startswith("ssh ")]
     assert told.count("node03") == 3 and told.count("node02") == 1, told
     assert "could not tell node03 that the job ended (try 2 of 3)" in r.stderr
 
 
 def test_a_failed_job_keeps_its_status_when_a_worker_is_not_told(tmp_path):
     fk = _fakes(tmp_path, "node01", HOSTS)
-    (tmp_path / "bin/ssh").write_text('#!/bin/bash\n[ "$7" != node02 ]\n')
+    (tmp_path / "bin/ssh").write_text(f'#!/bin/bash\n{_SSH_HOST}[ "$h" != node02 ]\n')
     (tmp_path / "bin/mpirun").write_text("#!/bin/bash\nexit 5\n")
     env = {**fk["env"], "HOSTS": "node01,node02,node03"}
     r = _run(tmp_path, launch_script(plan("mpi", "tcp")), env, ["--", "hostname"])
@@ -116,6 +124,85 @@ def test_the_first_instance_waits_for_every_worker_and_names_the_missing(tmp_pat
     assert r.returncode == 2, r.stderr
     assert last.endswith("node03: port 2222 not ready after 1 tries; not ready either: node07"), last
     assert "mpirun" not in "".join(_calls(fk))
+
+
+# mpirun's ssh arguments, one line, as mpirun is given them (plm_rsh_args' value whole)
+_RSH_ARGS = ('a=("$@"); for ((i = 0; i < $#; i++)); do\n'
+             '  [ "${a[i]}" = plm_rsh_args ] && echo "rsh ${a[i + 1]}" >> LOG; done; exit 0\n')
+_SHARED = "-o ControlPath=~/.hpcwizard/launch/%C"
+
+
+def _home_of(short: str, length: int) -> Path:
+    """A home under the directory `short`, `length` bytes long in all."""
+    return Path(short) / ("h" * (length - len(short) - 1))
+
+
+def _share_run(tmp_path, home):
+    """The first instance of three with fakes that log mpirun's ssh arguments and every ssh
+    call by its host (-O exit ones too), its HOME `home`."""
+    fk = _fakes(tmp_path, "node01", HOSTS)
+    (tmp_path / "bin/mpirun").write_text("#!/bin/bash\n" + _RSH_ARGS.replace("LOG", str(fk["log"])))
+    (tmp_path / "bin/ssh").write_text(
+        '#!/bin/bash\na=("$@"); for ((i = 0; i < $#; i++)); do [ "${a[i]}" = -p ] && h=${a[i + 2]}; done\n'
+        f'echo "ssh $h $*" >> {fk["log"]}\n')
+    home.mkdir(parents=True, exist_ok=True)
+    env = {**fk["env"], "HOSTS": "node01,node02,node03", "HOME": str(home)}
+    r = _run(tmp_path, launch_script(plan("mpi", "tcp")), env, ["--", "hostname"])
+    assert r.returncode == 0, r.stderr
+    return _calls(fk)
+
+
+def test_mpirun_and_the_end_of_the_job_share_each_workers_connection(tmp_path):
+    """mpirun's logins become shared connections (ssh's ControlMaster) in the private run
+    directory; each worker is told over its connection, which then ends. The home is
+    31 bytes long, the most whose socket's path fits in 107 (/home/NAME fits)."""
+    with tempfile.TemporaryDirectory(prefix="h", dir="/tmp") as short:
+        calls = _share_run(tmp_path, _home_of(short, 31))
+    assert [c for c in calls if c.startswith("rsh ")] == [
+        f"rsh -p 2222 -o ControlMaster=auto -o ControlPersist=60 {_SHARED}"], calls
+    for h in ("node02", "node03"):
+        mine = [c for c in calls if c.startswith(f"ssh {h} ")]
+        assert len(mine) == 2, calls
+        tell, close = mine
+        assert tell.startswith(f"ssh {h} {_SHARED} -o ControlMaster=no ") and "done." + h in tell
+        assert close == f"ssh {h} {_SHARED} -O exit -p 2222 {h}", close
+
+
+@pytest.mark.parametrize("blank, length", [(True, 31), (False, 32)], ids=["a blank", "too long"])
+def test_a_home_no_socket_path_fits_shares_nothing(tmp_path, blank, length):
+    """ORTE splits mpirun's ssh arguments at blanks, and a socket's path has at most 107
+    bytes: such a home gets plain logins, as before, not a failed job."""
+    with tempfile.TemporaryDirectory(prefix="h", dir="/tmp") as short:
+        home = _home_of(short, length)
+        if blank:
+            home = home.with_name("h " + home.name[2:])
+        calls = _share_run(tmp_path, home)
+    assert [c for c in calls if c.startswith("rsh ")] == ["rsh -p 2222"], calls
+    ssh = [c for c in calls if c.startswith("ssh ")]
+    assert len(ssh) == 2 and not any("Control" in c or "-O exit" in c for c in ssh), ssh
+
+
+def test_a_waiting_worker_starts_no_process_a_second(tmp_path):
+    """The worker's wait rests without sleep and reads its marker without cat: with many
+    instances on one machine, two processes a second per worker added up to a core."""
+    fk = _fakes(tmp_path, "node02", HOSTS)
+    _probe_log(tmp_path, fk)
+    for name in ("sleep", "cat"):
+        (tmp_path / "bin" / name).write_text(
+            f'#!/bin/bash\necho "{name}" >> {fk["log"]}\nexec /bin/{name} "$@"\n')
+        (tmp_path / "bin" / name).chmod(0o755)
+    env = {**fk["env"], "HOSTS": "node01,node02", "FIRST_GONE_AFTER": "6"}
+    proc, seen = _worker_waiting(tmp_path, env)
+    # the watch probes node01 once a second (FIRST_GONE_AFTER / 6): three probes, two rests
+    deadline = time.monotonic() + 30
+    while sum(c == "probe node01" for c in _calls(fk)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    (fk["home"] / ".hpcwizard/launch/done.node02").write_text("0\n")
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, "".join(seen) + err
+    calls = _calls(fk)
+    assert sum(c == "probe node01" for c in calls) >= 3, calls
+    assert "sleep" not in calls and "cat" not in calls, calls
 
 
 def test_a_worker_whose_first_instance_is_gone_ends_by_itself(tmp_path):
@@ -186,7 +273,7 @@ def test_the_first_instance_keeps_the_jobs_status_before_it_tells(tmp_path):
     fk = _fakes(tmp_path, "node01", HOSTS)
     run_dir = fk["home"] / ".hpcwizard/launch"
     (tmp_path / "bin/ssh").write_text(
-        f'#!/bin/bash\necho "tell $7 sees $(cat {run_dir}/end.node01)" >> {fk["log"]}\n')
+        f'#!/bin/bash\n{_SSH_HOST}echo "tell $h sees $(cat {run_dir}/end.node01)" >> {fk["log"]}\n')
     (tmp_path / "bin/mpirun").write_text("#!/bin/bash\nexit 5\n")
     env = {**fk["env"], "HOSTS": "node01,node02,node03"}
     before = time.time()

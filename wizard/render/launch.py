@@ -211,9 +211,9 @@ if [ "$RANK" -ne 0 ]; then
   log "waiting for $FIRST to run the job"
   started=$SECONDS answered=$SECONDS probed=$SECONDS ask_failed=""
   # the marker holds the job's status; one caught while being written is read again
-  done_rc() { rc=$(cat "$DONE" 2>/dev/null) && [[ $rc =~ ^[0123456789]{1,3}$ ]]; }
+  done_rc() { { read -r rc < "$DONE"; } 2>/dev/null && [[ $rc =~ ^[0123456789]{1,3}$ ]]; }
   while ! done_rc; do
-    sleep 1
+    hw_rt_rest 1
     if [ "${WORKER_TIMEOUT:-0}" -gt 0 ] && [ $((SECONDS - started)) -ge "${WORKER_TIMEOUT:-0}" ]; then
       die "the job did not end within ${WORKER_TIMEOUT}s (WORKER_TIMEOUT)"
     fi
@@ -275,6 +275,23 @@ if [[ $OMPI_MAJOR =~ ^[0-9]+$ ]] && [ "$OMPI_MAJOR" -ge 5 ]; then
   IF_NAMES=(__IFACE_ARGS_5__)
 else
   IF_NAMES=(__IFACE_ARGS_4__)
+fi
+# mpirun's SSH connections to the workers stay open for a while after the job (ssh's
+# connection sharing, its sockets in RUN_DIR): telling a worker the end is then one more
+# session on its connection, not a new login, which cost as much as mpirun's own logins.
+# ssh reads the ~ itself, so a worker's orted that starts others (tree spawn) finds its
+# own directory. A socket's path has at most 107 bytes (%C is 40 of them, and ssh binds
+# the path with 17 more before renaming it), and ORTE splits these arguments at blanks: a
+# home that does not fit, or has other characters, shares nothing.
+SHARE=()
+if [[ $HOME != *[!$_HW_RT_ALNUM/._-]* ]] && [ $((${#HOME} + ${#RUN_REL} + 42 + 17)) -le 107 ]; then
+  SHARE=(-o "ControlPath=~/$RUN_REL/%C")
+  for i in "${!MPIRUN_ARGS[@]}"; do
+    case ${MPIRUN_ARGS[i]} in
+      plm_rsh_args|plm_ssh_args)
+        MPIRUN_ARGS[i + 1]+=" -o ControlMaster=auto -o ControlPersist=60 ${SHARE[*]}" ;;
+    esac
+  done
 fi
 # The job's environment on every rank (the rule above FORWARD_NAMES), each name set here
 # once, and an Open MPI outside /usr/bin (a pip wheel in a venv, HPC-X, an environment
@@ -342,11 +359,17 @@ hw_rt_clock T_JOB
 hw_rt_end_record "$RUN_DIR/end.$ME" "$rc" ||
   log "could not keep the job's status in $RUN_DIR/end.$ME: a worker not told cannot ask for it"
 TELL_TRIES=3
+TELL_OVER=()  # the shared connection, never a new one that would outlive this script
+if [ "${#SHARE[@]}" -gt 0 ]; then TELL_OVER=("${SHARE[@]}" -o ControlMaster=no); fi
 # shellcheck disable=SC2317,SC2329  # par runs it
 tell() {
   local h=$1 try
   for ((try = 1; ; try++)); do
-    if hw_rt_end_tell "$h" "$PORT" "$rc" "$RUN_REL"; then return 0; fi
+    if hw_rt_end_tell "$h" "$PORT" "$rc" "$RUN_REL" ${TELL_OVER[@]+"${TELL_OVER[@]}"}; then
+      # the shared connection's work is done: it ends now, not when ControlPersist runs out
+      if [ "${#SHARE[@]}" -gt 0 ]; then ssh "${SHARE[@]}" -O exit -p "$PORT" "$h" 2>/dev/null || true; fi
+      return 0
+    fi
     if [ "$try" -ge "$TELL_TRIES" ]; then return 1; fi
     log "could not tell $h that the job ended (try $try of $TELL_TRIES), next in $((try * 2))s"
     sleep $((try * 2))
