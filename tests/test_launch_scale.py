@@ -102,11 +102,18 @@ def _probe_log(tmp_path, fk, fails: str = "", off=None) -> None:
 
 
 def test_a_worker_waits_for_the_first_instance_only(tmp_path):
-    """node03 never answers: the worker node02 neither probes it nor waits for it."""
+    """node03 never answers: the worker node02 neither probes it nor waits for it. Nor does
+    it probe node01's port before it waits: every worker's probe at once would land on the
+    first instance's sshd; the wait's watch probes it, once a second here."""
     fk = _fakes(tmp_path, "node02", HOSTS)
     _probe_log(tmp_path, fk, fails="node03")
-    env = {**fk["env"], "HOSTS": "node01,node02,node03", "WAIT_TRIES": "3"}
+    env = {**fk["env"], "HOSTS": "node01,node02,node03", "WAIT_TRIES": "3",
+           "FIRST_GONE_AFTER": "6"}
     proc, seen = _worker_waiting(tmp_path, env)
+    assert not any(c == "probe node01" for c in _calls(fk)), _calls(fk)
+    deadline = time.monotonic() + 30
+    while "probe node01" not in _calls(fk) and time.monotonic() < deadline:
+        time.sleep(0.1)
     (fk["home"] / ".hpcwizard/launch/done.node02").write_text("0\n")
     _, err = proc.communicate(timeout=20)
     err = "".join(seen) + err

@@ -170,10 +170,11 @@ par() {
   for i in "${!pids[@]}"; do wait "${pids[$i]}" || PAR_FAILED+=("${items[$i]}"); done
 }
 AT_ONCE=32  # the first instance's connections at a time: below sshd's MaxStartups refusals
-# A worker needs only the first instance (mpirun there starts the ranks here over SSH); the
-# first instance needs every worker's sshd before mpirun. No instance probes every other.
+# A worker needs only the first instance's name (mpirun there starts the ranks here over
+# SSH; the wait below watches its port): N workers' probes at once would all land on the
+# first instance's sshd. The first instance needs every worker's sshd before mpirun.
 if [ "$RANK" -ne 0 ]; then
-  hw_rt_wait "$FIRST" "$WAIT_TRIES" "$PORT" || die "$HW_RT_ERROR"
+  hw_rt_wait "$FIRST" "$WAIT_TRIES" || die "$HW_RT_ERROR"
 else
   # shellcheck disable=SC2317,SC2329  # par runs it
   wait_port() {  # its error line into RUN_DIR: a background job's variables die with it
