@@ -836,11 +836,14 @@ hw_rt_rest() {
 hw_rt_wait() {
   local h=$1 tries=$2 port=${3:-} try=1 delay=1 what
   while :; do
-    if [ -n "$(_hw_rt_lookup "$h")" ]; then
-      if [ -z "$port" ] || _hw_rt_port_open "$h" "$port"; then return 0; fi
-      what="port $port"
-    else
+    # a port that answers needs no look-up of its name (the connection made one)
+    if [ -n "$port" ] && _hw_rt_port_open "$h" "$port"; then return 0; fi
+    if [ -z "$(_hw_rt_lookup "$h")" ]; then
       what="name"
+    elif [ -z "$port" ]; then
+      return 0
+    else
+      what="port $port"
     fi
     if [ "$try" -ge "$tries" ]; then
       _hw_rt_log "$h: $what not ready after $try tries"

@@ -56,7 +56,8 @@ def test_the_launch_script_carries_applys_sshd_starter():
 
 
 def _fakes(tmp_path: Path, hostname: str, hosts: dict) -> dict:
-    """PATH with fake hostname, getent, timeout (every port answers), mpirun, ssh, torchrun,
+    """PATH with fake hostname, getent, timeout (every port whose name resolves answers),
+    mpirun, ssh, torchrun,
     and an ip that knows no route (not this machine's: tests that need one write their own)."""
     bin_ = tmp_path / "bin"
     bin_.mkdir()
@@ -65,7 +66,8 @@ def _fakes(tmp_path: Path, hostname: str, hosts: dict) -> dict:
     scripts = {
         "hostname": f'[ "${{1:-}}" = -I ] && {{ echo 192.0.2.250; exit 0; }}; echo {hostname}',
         "getent": f'grep -w -- "$2" <<\'EOF\'\n{entries}\nEOF',
-        "timeout": "exit 0",
+        # the port probe (timeout 2 bash -c ... _ HOST PORT): a name that resolves answers
+        "timeout": (f'[ "$6" = 127.0.0.1 ] || grep -qw -- "$6" <<\'EOF\'\n{entries}\nEOF'),
         "mpirun": f'echo "mpirun $*" >> {log}; exit 0',
         "ssh": f'echo "ssh $*" >> {log}; exit 0',
         "torchrun": f'echo "torchrun $*" >> {log}; exit 0',
