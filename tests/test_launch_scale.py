@@ -3,7 +3,9 @@ only, the first instance waits for its workers side by side, tells every worker 
 the job side by side with retries and names the ones it could not tell, a worker whose
 first instance is gone ends by itself, and one its word does not reach asks for the
 record of this run's end. Run with the fake commands of test_launch.py."""
+import os
 import re
+import signal
 import subprocess
 import time
 
@@ -327,3 +329,39 @@ def test_a_record_written_just_after_the_worker_started_is_taken_over_a_slow_log
     r = subprocess.run(["bash", "-c", script], env=fk["env"], capture_output=True, text=True,
                        timeout=30)
     assert r.stdout == "0|6", r.stderr
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.parametrize("ssh_body", [
+    'echo $$ > {pidfile}\nexec sleep 300\n',                         # a login that hangs
+    'echo $$ > {pidfile}\necho hw_ready\nexec sleep 300\n',          # a remote command that hangs
+    'echo $$ > {pidfile}\nwhile :; do echo motd; sleep 0.5; done\n',  # talks, never answers
+])
+def test_an_ask_that_gets_no_answer_ends_in_time_and_leaves_no_ssh(tmp_path, ssh_body):
+    """The ask is bounded as a whole (not per line read) and ends its ssh: nothing it
+    started runs on once it has returned."""
+    fk = _fakes(tmp_path, "node02", HOSTS)
+    pidfile = tmp_path / "ssh.pid"
+    (tmp_path / "bin/ssh").write_text("#!/bin/bash\n" + ssh_body.format(pidfile=pidfile))
+    script = (runtime.library() + "\n_HW_RT_ASK_SECONDS=2\nrc=0\n"
+              "hw_rt_end_ask node01 2222 .hpcwizard/launch 0 || rc=$?\n"
+              'printf "%s|%s" "$rc" "$HW_RT_ERROR"\n')
+    began = time.monotonic()
+    try:
+        r = subprocess.run(["bash", "-c", script], env=fk["env"], capture_output=True,
+                           text=True, timeout=30)
+        took = time.monotonic() - began
+        rc, error = r.stdout.split("|", 1)
+        assert rc == "2" and error.startswith("node01 gave no answer within 2s"), r
+        assert took < 10, took
+        pid = int(pidfile.read_text())
+        _wait_until(lambda: _gone(pid), limit=10)
+    finally:  # the fake ssh this test started, should it have outlived the ask
+        if pidfile.exists() and not _gone(int(pidfile.read_text())):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
