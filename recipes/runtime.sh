@@ -16,6 +16,7 @@
 #   hw_rt_end_tell HOST PORT STATUS DIR              a worker's end-of-job marker, over ssh
 #   hw_rt_clock VAR                                  -> VAR: microseconds
 #   hw_rt_end_ask HOST PORT DIR START                -> HW_RT_END_STATUS, from HOST's record
+#   hw_rt_mpi_daemon [PROC]                          the job's MPI daemon runs here
 #   hw_rt_iface VAR VALUE                            interfaces or subnets -> HW_RT_VALUE
 #   hw_rt_address VAR VALUE                          a host name or address -> HW_RT_VALUE
 #   hw_rt_port VAR VALUE                             a TCP port -> HW_RT_VALUE
@@ -991,6 +992,28 @@ hw_rt_end_ask() {
   if ((10#${BASH_REMATCH[1]} - 10#${BASH_REMATCH[4]} >= 10#$t1 - 10#$4 - slack)); then return 1; fi
   HW_RT_END_STATUS=$((10#${BASH_REMATCH[3]}))
   return 0
+}
+
+# hw_rt_mpi_daemon [PROC]: status 0 while the MPI daemon that mpirun on the first instance
+# started here over SSH runs (Open MPI 4's orted, 5's prted): a process of this user, in
+# this instance's network namespace (instances that share a PID namespace, a pod's
+# containers or namespace instances, see each other's processes). Its end is the job's end
+# here. PROC: the proc file system (/proc). Bash alone, no procps: the worker asks once a
+# second, so the last daemon found (HW_RT_DAEMON_PID) is looked at before any other.
+HW_RT_DAEMON_PID=''
+# shellcheck disable=SC2317,SC2329  # the MPI launch uses it; PyTorch's and verify do not
+hw_rt_mpi_daemon() {
+  local proc=${1:-/proc} d comm
+  for d in ${HW_RT_DAEMON_PID:+"$proc/$HW_RT_DAEMON_PID"} "$proc"/[0123456789]*; do
+    [ -O "$d" ] || continue
+    comm=''
+    IFS= read -r comm 2>/dev/null < "$d/comm" || continue
+    case $comm in
+      orted|prted) if [ "$d/ns/net" -ef "$proc/self/ns/net" ]; then HW_RT_DAEMON_PID=${d##*/}; return 0; fi ;;
+    esac
+  done
+  HW_RT_DAEMON_PID=''
+  return 1
 }
 
 # Values from the environment that reach a command line (mpirun's, orted's on the other
