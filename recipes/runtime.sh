@@ -998,7 +998,7 @@ hw_rt_end_ask() {
 # started here over SSH runs (Open MPI 4's orted, 5's prted): a process of this user, in
 # this instance's network namespace (instances that share a PID namespace, a pod's
 # containers or namespace instances, see each other's processes). Its end is the job's end
-# here. PROC: the proc file system (/proc). Bash alone, no procps: the worker asks once a
+# here. PROC: the proc file system (/proc). Bash alone, no procps: the worker looks once a
 # second, so the last daemon found (HW_RT_DAEMON_PID) is looked at before any other.
 HW_RT_DAEMON_PID=''
 # shellcheck disable=SC2317,SC2329  # the MPI launch uses it; PyTorch's and verify do not
