@@ -17,6 +17,7 @@
 #   hw_rt_end_tell HOST PORT STATUS DIR [OPT...]     a worker's end-of-job marker, over ssh
 #   hw_rt_clock VAR                                  -> VAR: microseconds
 #   hw_rt_end_ask HOST PORT DIR START                -> HW_RT_END_STATUS, from HOST's record
+#   hw_rt_mpi_daemon [PROC]                          the job's MPI daemon runs here
 #   hw_rt_iface VAR VALUE                            interfaces or subnets -> HW_RT_VALUE
 #   hw_rt_address VAR VALUE                          a host name or address -> HW_RT_VALUE
 #   hw_rt_port VAR VALUE                             a TCP port -> HW_RT_VALUE
@@ -946,27 +947,35 @@ hw_rt_clock() {
 # opened first, then HOST's clock read: between the two lines of the dialogue, not the
 # whole login, lies the uncertainty, so a record written a second after START is taken.
 # Status 1: no record that young (the job runs, or an earlier run's); 2: HOST was not asked
-# (ssh failed or gave no answer within 30 s; HW_RT_ERROR says why).
+# (ssh failed or gave no answer within _HW_RT_ASK_SECONDS; HW_RT_ERROR says why).
+_HW_RT_ASK_SECONDS=30  # the whole ask, login included; ssh still running then is ended
 # shellcheck disable=SC2317,SC2329,SC2034  # the MPI launch uses it; PyTorch's and verify do not
 hw_rt_end_ask() {
-  local line last='' t1='' said='' rc='' slack=0 pid rfd wfd
+  local line last='' t1='' said='' rc='' slack=0 pid rfd wfd left
   local re="^hw_end ($_HW_RT_DIGIT{1,19})( ($_HW_RT_DIGIT{1,3}) ($_HW_RT_DIGIT{1,19}))? *\$"
+  local deadline=$((SECONDS + _HW_RT_ASK_SECONDS))
   HW_RT_END_STATUS='' HW_RT_ERROR=''
   if [ -z "${EPOCHREALTIME:-}" ]; then slack=1000000; fi  # whole seconds: err towards older
   # The dialogue: HOST says hw_ready, this side notes its clock and says go, HOST answers
   # with its time (microseconds; a date without %N gives the end of its second: the record
   # older) and the record; then ssh's status. The remote side is the user's login shell:
   # POSIX sh only, its $(...) runs there. The coproc outlives ssh until told (the last
-  # read): its file descriptors stay this function's to read and close.
+  # read): its file descriptors stay this function's to read and close. ssh runs as the
+  # coproc's own job, so that a TERM to the coproc ends an ssh that hangs (a login or a
+  # remote command that never returns, which ServerAlive does not see: HOST answers).
   coproc _HW_RT_ASK {
+    trap 'kill $(jobs -pr) 2>/dev/null' TERM  # ssh while it runs, never a reaped pid
     ssh -o BatchMode=yes -o ConnectTimeout=5 -o ServerAliveInterval=5 \
       -o ServerAliveCountMax=2 -p "$2" "$1" \
-      "echo hw_ready; read -r go; t=\$(date +%s%N 2>/dev/null); case \$t in ''|*[!0123456789]*) t=\$(date +%s)999999999 ;; esac; echo \"hw_end \${t%???} \$(cat $3/end.$1 2>/dev/null)\"" 2>&1
+      "echo hw_ready; read -r go; t=\$(date +%s%N 2>/dev/null); case \$t in ''|*[!0123456789]*) t=\$(date +%s)999999999 ;; esac; echo \"hw_end \${t%???} \$(cat $3/end.$1 2>/dev/null)\"" \
+      <&0 2>&1 &
+    wait "$!"
     echo "hw_ssh_exit $?"
     read -r _
   }
   pid=$_HW_RT_ASK_PID rfd=${_HW_RT_ASK[0]} wfd=${_HW_RT_ASK[1]}
-  while IFS= read -r -t 30 line <&"$rfd"; do
+  while left=$((deadline - SECONDS)) && [ "$left" -gt 0 ] &&
+        IFS= read -r -t "$left" line <&"$rfd"; do
     line=${line%$'\r'}
     if [[ $line =~ ^hw_ssh_exit\ ($_HW_RT_DIGIT+)$ ]]; then
       rc=${BASH_REMATCH[1]}
@@ -981,10 +990,12 @@ hw_rt_end_ask() {
     fi
   done
   exec {wfd}>&-  # ssh's input ends, and the coproc's last read
-  kill "$pid" 2>/dev/null || true  # the coproc this function started, never a pid file's
+  if [ -z "$rc" ]; then  # ssh still runs: the coproc ends it (its TERM trap), then itself
+    kill "$pid" 2>/dev/null || true  # the coproc this function started, never a pid file's
+  fi
   wait "$pid" 2>/dev/null || true
   if [ -z "$said" ]; then
-    if [ -z "$rc" ]; then HW_RT_ERROR="$1 gave no answer within 30s${last:+: $last}"
+    if [ -z "$rc" ]; then HW_RT_ERROR="$1 gave no answer within ${_HW_RT_ASK_SECONDS}s${last:+: $last}"
     elif [ "$rc" -ne 0 ]; then HW_RT_ERROR="ssh to $1 failed${last:+: $last}"
     else HW_RT_ERROR="$1 gave no answer to ssh${last:+: $last}"; fi
     return 2
@@ -997,6 +1008,28 @@ hw_rt_end_ask() {
   if ((10#${BASH_REMATCH[1]} - 10#${BASH_REMATCH[4]} >= 10#$t1 - 10#$4 - slack)); then return 1; fi
   HW_RT_END_STATUS=$((10#${BASH_REMATCH[3]}))
   return 0
+}
+
+# hw_rt_mpi_daemon [PROC]: status 0 while the MPI daemon that mpirun on the first instance
+# started here over SSH runs (Open MPI 4's orted, 5's prted): a process of this user, in
+# this instance's network namespace (instances that share a PID namespace, a pod's
+# containers or namespace instances, see each other's processes). Its end is the job's end
+# here. PROC: the proc file system (/proc). Bash alone, no procps: the worker looks once a
+# second, so the last daemon found (HW_RT_DAEMON_PID) is looked at before any other.
+HW_RT_DAEMON_PID=''
+# shellcheck disable=SC2317,SC2329  # the MPI launch uses it; PyTorch's and verify do not
+hw_rt_mpi_daemon() {
+  local proc=${1:-/proc} d comm
+  for d in ${HW_RT_DAEMON_PID:+"$proc/$HW_RT_DAEMON_PID"} "$proc"/[0123456789]*; do
+    [ -O "$d" ] || continue
+    comm=''
+    IFS= read -r comm 2>/dev/null < "$d/comm" || continue
+    case $comm in
+      orted|prted) if [ "$d/ns/net" -ef "$proc/self/ns/net" ]; then HW_RT_DAEMON_PID=${d##*/}; return 0; fi ;;
+    esac
+  done
+  HW_RT_DAEMON_PID=''
+  return 1
 }
 
 # Values from the environment that reach a command line (mpirun's, orted's on the other

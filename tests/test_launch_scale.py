@@ -3,7 +3,10 @@ only, the first instance waits for its workers side by side, tells every worker 
 the job side by side with retries and names the ones it could not tell, a worker whose
 first instance is gone ends by itself, and one its word does not reach asks for the
 record of this run's end. Run with the fake commands of test_launch.py."""
+import os
 import re
+import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -421,3 +424,188 @@ def test_a_record_written_just_after_the_worker_started_is_taken_over_a_slow_log
     r = subprocess.run(["bash", "-c", script], env=fk["env"], capture_output=True, text=True,
                        timeout=30)
     assert r.stdout == "0|6", r.stderr
+
+
+# --- the job's MPI daemon here says when the end is due ----------------------------------
+
+def _proc_tree(tmp_path, daemons: dict):
+    """A proc file system with this shell's network namespace (self/ns/net) and one
+    directory per pid: {pid: (comm, same namespace)}, each owned by this user."""
+    root = tmp_path / "proc"
+    (root / "self/ns").mkdir(parents=True)
+    (root / "self/ns/net").write_text("net:[1]\n")
+    (root / "other-net").write_text("net:[2]\n")
+    for pid, (comm, same_ns) in daemons.items():
+        (root / str(pid) / "ns").mkdir(parents=True)
+        (root / str(pid) / "comm").write_text(comm + "\n")
+        (root / str(pid) / "ns/net").symlink_to(root / ("self/ns/net" if same_ns else "other-net"))
+    return root
+
+
+def _daemon(root, first_pid: str = "") -> tuple:
+    script = (runtime.library() + f"\nHW_RT_DAEMON_PID={first_pid}\nrc=0\n"
+              'hw_rt_mpi_daemon "$1" || rc=$?\nprintf "%s|%s" "$rc" "$HW_RT_DAEMON_PID"\n')
+    r = subprocess.run(["bash", "-c", script, "_", str(root)], capture_output=True, text=True,
+                       timeout=30)
+    assert r.stderr == "", r.stderr
+    return tuple(r.stdout.split("|"))
+
+
+@pytest.mark.parametrize("daemons, want", [
+    ({}, ("1", "")),
+    ({"40": ("orted", True)}, ("0", "40")),                    # Open MPI 4
+    ({"41": ("prted", True)}, ("0", "41")),                    # Open MPI 5 (PRRTE)
+    ({"40": ("orted", False)}, ("1", "")),                     # another instance's
+    ({"40": ("mpirun", True), "41": ("sshd", True)}, ("1", "")),
+    ({"40": ("orted", False), "52": ("prted", True)}, ("0", "52")),
+    ({"40": ("orted-x", True)}, ("1", "")),
+])
+def test_the_mpi_daemon_here_is_this_users_orted_or_prted_in_this_namespace(tmp_path, daemons,
+                                                                           want):
+    assert _daemon(_proc_tree(tmp_path, daemons)) == want
+
+
+def test_the_mpi_daemon_found_last_is_looked_at_first_and_forgotten_once_gone(tmp_path):
+    root = _proc_tree(tmp_path, {"40": ("orted", True), "52": ("orted", True)})
+    assert _daemon(root, "52") == ("0", "52")
+    assert _daemon(root, "77") == ("0", "40")  # gone: any other one
+    (root / "40/comm").write_text("bash\n")    # its pid taken by another program
+    assert _daemon(root, "40") == ("0", "52")
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to give a process to another user")
+def test_an_mpi_daemon_of_another_user_is_not_this_jobs(tmp_path):
+    root = _proc_tree(tmp_path, {"40": ("orted", True)})
+    os.chown(root / "40", 65534, 65534)
+    assert _daemon(root) == ("1", "")
+
+
+def test_a_real_process_named_orted_is_seen_in_proc(tmp_path):
+    """The real /proc: a copy of sleep named orted, started here, is found by its pid."""
+    exe = tmp_path / "orted"
+    shutil.copy2(shutil.which("sleep"), exe)
+    proc = subprocess.Popen([str(exe), "300"])
+    try:
+        assert _daemon("/proc", "") == ("0", str(proc.pid))
+        assert _daemon("/proc", str(proc.pid)) == ("0", str(proc.pid))
+    finally:
+        proc.kill()
+        proc.wait()
+    assert _daemon("/proc", str(proc.pid))[1] != str(proc.pid)
+
+
+def _worker_with_daemon(tmp_path, fk, root):
+    """The launch script with the daemon looked for in the proc tree root."""
+    text = launch_script(plan("mpi", "tcp"))
+    assert text.count("if hw_rt_mpi_daemon; then") == 1
+    (tmp_path / "launch.sh").write_text(
+        text.replace("if hw_rt_mpi_daemon; then", f"if hw_rt_mpi_daemon {root}; then"))
+
+
+def _start_worker(tmp_path, env):
+    proc = subprocess.Popen(["bash", str(tmp_path / "launch.sh"), "--", "hostname"], env=env,
+                            stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if "waiting for node01 to run the job" in line:
+            break
+    return proc, seen
+
+
+def test_a_worker_asks_only_once_the_mpi_daemon_here_has_ended(tmp_path):
+    """This run's record is there from the start, but while the daemon runs (6 probes of
+    the first instance's port, twice the period) nobody asks for it; once the daemon has
+    ended the worker asks and ends with the record's status."""
+    fk = _fakes(tmp_path, "node02", HOSTS)
+    record = _first_over_ssh(tmp_path, fk)
+    _probe_log(tmp_path, fk)
+    root = _proc_tree(tmp_path, {"4242": ("orted", True)})
+    _worker_with_daemon(tmp_path, fk, root)
+    env = {**fk["env"], "HOSTS": "node01,node02", "FIRST_GONE_AFTER": "3"}
+    proc, seen = _start_worker(tmp_path, env)
+    try:
+        record.write_text(f"6 {_us(time.time())}\n")
+        _wait_until(lambda: sum(1 for c in _calls(fk) if c == "probe node01") >= 7)
+        assert _asks(fk) == 0, _calls(fk)
+        (root / "4242/comm").write_text("bash\n")  # the daemon ended, its pid taken
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    err = "".join(seen) + err
+    assert proc.returncode == 6, err
+    assert _asks(fk) == 1, _calls(fk)
+    assert err.strip().splitlines()[-1].endswith(
+        "the job ended with status 6 (from node01's record: it could not tell this instance)")
+
+
+@pytest.mark.parametrize("first", ["no record", "cannot be asked"])
+def test_a_worker_whose_daemon_ended_without_a_record_ends_by_itself(tmp_path, first):
+    """The first instance was killed before it kept its record, its sshd still answers:
+    FIRST_GONE_AFTER after the daemon here ended, an ask that brings no status ends the
+    worker with exit 3 and a line that says why, not at WORKER_TIMEOUT."""
+    fk = _fakes(tmp_path, "node02", HOSTS)
+    record = _first_over_ssh(tmp_path, fk, fails=first == "cannot be asked")
+    record.write_text(f"7 {_us(time.time() - 100)}\n")  # an earlier run's
+    root = _proc_tree(tmp_path, {"4242": ("prted", True)})
+    _probe_log(tmp_path, fk)
+    _worker_with_daemon(tmp_path, fk, root)
+    env = {**fk["env"], "HOSTS": "node01,node02", "FIRST_GONE_AFTER": "3",
+           "WORKER_TIMEOUT": "120"}
+    proc, seen = _start_worker(tmp_path, env)
+    try:
+        # a probe from the loop (the first is the wait before it): the daemon was looked at
+        _wait_until(lambda: sum(1 for c in _calls(fk) if c == "probe node01") >= 2)
+        shutil.rmtree(root / "4242")
+        ended = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    err = "".join(seen) + err
+    last = err.strip().splitlines()[-1]
+    assert proc.returncode == 3, err
+    why = ("has no record of its end" if first == "no record" else
+           "could not be asked for its end (ssh to node01 failed: ssh: connect to host node01 "
+           "port 2222: No route to host)")
+    assert re.search(r"the job's MPI daemon here ended [0-9]+s ago and node01 \(the first "
+                     rf"instance\) {re.escape(why)} \(FIRST_GONE_AFTER=3\): ending without "
+                     r"the job's status$", last), last
+    # FIRST_GONE_AFTER, the grace (5 s) and half a period of asking, and an ask's login
+    assert time.monotonic() - ended < 3 + 5 + 2 + 10, err
+    assert _asks(fk) >= 1, _calls(fk)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.parametrize("ssh_body", [
+    'echo $$ > {pidfile}\nexec sleep 300\n',                         # a login that hangs
+    'echo $$ > {pidfile}\necho hw_ready\nexec sleep 300\n',          # a remote command that hangs
+    'echo $$ > {pidfile}\nwhile :; do echo motd; sleep 0.5; done\n',  # talks, never answers
+])
+def test_an_ask_that_gets_no_answer_ends_in_time_and_leaves_no_ssh(tmp_path, ssh_body):
+    """The ask is bounded as a whole (not per line read) and ends its ssh: nothing it
+    started runs on once it has returned."""
+    fk = _fakes(tmp_path, "node02", HOSTS)
+    pidfile = tmp_path / "ssh.pid"
+    (tmp_path / "bin/ssh").write_text("#!/bin/bash\n" + ssh_body.format(pidfile=pidfile))
+    script = (runtime.library() + "\n_HW_RT_ASK_SECONDS=2\nrc=0\n"
+              "hw_rt_end_ask node01 2222 .hpcwizard/launch 0 || rc=$?\n"
+              'printf "%s|%s" "$rc" "$HW_RT_ERROR"\n')
+    began = time.monotonic()
+    try:
+        r = subprocess.run(["bash", "-c", script], env=fk["env"], capture_output=True,
+                           text=True, timeout=30)
+        took = time.monotonic() - began
+        rc, error = r.stdout.split("|", 1)
+        assert rc == "2" and error.startswith("node01 gave no answer within 2s"), r
+        assert took < 10, took
+        pid = int(pidfile.read_text())
+        _wait_until(lambda: _gone(pid), limit=10)
+    finally:  # the fake ssh this test started, should it have outlived the ask
+        if pidfile.exists() and not _gone(int(pidfile.read_text())):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)

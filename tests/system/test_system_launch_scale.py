@@ -4,13 +4,19 @@ connections to any SSH port dropped too), that worker ends by itself within
 FIRST_GONE_AFTER with a line saying why; still able to reach the first instance, it reads
 the job's status there and ends with it. Either way the first instance names it in its
 last line and exits 3, and the other worker is told. Workers started before the first
-instance, and after it. Root only, HPCWIZARD_SYSTEM_TESTS=1 (conftest.py skips
+instance, and after it. A first instance killed with -9 while the job runs, its sshd up:
+the worker ends by itself once its MPI daemon has been gone FIRST_GONE_AFTER seconds and
+no record of the end is found. Root only, HPCWIZARD_SYSTEM_TESTS=1 (conftest.py skips
 otherwise)."""
 from __future__ import annotations
 
+import os
+import re
 import shutil
+import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -126,3 +132,67 @@ def test_a_worker_the_end_cannot_reach_ends_by_itself_and_is_named(setup, order,
         # bounded: the job's end, one period of the watch or of the asking (at most 1.5
         # FIRST_GONE_AFTER here) and one probe's or ssh's time, not for ever
         assert ended.get("node3", float("inf")) - blocked < 1.5 * GONE_AFTER + 45, report
+
+
+def _descendants(pid: int) -> list:
+    """pid's descendants, from /proc (ppid is the fourth field of stat, after the name)."""
+    children: dict = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def test_a_worker_ends_by_itself_when_the_first_instance_dies_before_its_record(setup):
+    """The first instance's launch script and mpirun are killed with -9 while the job runs:
+    no record of the end is ever kept there, and its sshd still answers. The worker sees its
+    MPI daemon (orted) end with the job and, FIRST_GONE_AFTER later, finds no record of
+    this run on the first instance: it ends with exit 3 and a line saying why, not at
+    WORKER_TIMEOUT."""
+    env = setup["env"]
+    with VCluster(2) as c:
+        start_nodes(c)
+        script = export(c, env, "mpi")
+        release = c.tmp / "release"
+        job = (f'touch {c.tmp}/started.$(hostname); '
+               f'while [ ! -e {release} ]; do sleep 0.1; done')
+        run_env = dict(env, HOSTS="node1,node2", WAIT_TRIES="6",
+                       FIRST_GONE_AFTER=str(GONE_AFTER), WORKER_TIMEOUT="600")
+        argv = ["bash", script, "--", "bash", "-c", job]
+        seen: list = []
+        worker = start(c, "node2", argv, run_env)
+        _until(worker, "waiting for node1", seen)
+        first = start(c, "node1", argv, run_env)
+        try:
+            _wait_files([c.tmp / f"started.{n}" for n in c.names])
+            # the script first, so that it cannot keep a record once mpirun is gone
+            doomed = [first.pid] + _descendants(first.pid)
+            for pid in doomed:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            killed = time.monotonic()
+            ended = _ended_at({"node2": worker})
+        finally:
+            release.write_text("")
+        res = finish({"node2": worker, "node1": first}, timeout=30)
+        rc, _, err = res["node2"]
+        report = f"--- node2: exit {rc}\n{''.join(seen)}{err}"
+        last = (err.strip().splitlines() or [""])[-1]
+        assert rc == 3, report
+        assert re.search(r"the job's MPI daemon here ended [0-9]+s ago and node1 \(the first "
+                         r"instance\) has no record of its end "
+                         rf"\(FIRST_GONE_AFTER={GONE_AFTER}\): ending without the job's "
+                         r"status$", last), report
+        # the daemon's end, FIRST_GONE_AFTER, the grace and half a period of asking, a login
+        assert ended.get("node2", float("inf")) - killed < 2 * GONE_AFTER + 30, report

@@ -64,9 +64,11 @@ Settings (environment): WAIT_TRIES (peer waits, default 10), SLOTS (ranks per ho
   here; else PET_NPROC_PER_NODE, a number or torchrun's auto, cpu, gpu, xpu; default:
   the GPUs, or 1), WORKER_TIMEOUT (seconds a worker waits for the end of the job;
   0: no limit), FIRST_GONE_AFTER (a worker ends, exit 3, when the first instance's sshd
-  has not answered for this many seconds; one the end of the job has not reached while
-  the first instance answers asks it for the job's status about as often (every N/4
-  seconds at least), and ends with it; default 60, 0: neither), TCP_IFACE (mpirun: the
+  has not answered for this many seconds, or when its MPI daemon, orted or prted, has
+  been gone this long and the first instance has no record of the job's end; one the end
+  of the job has not reached asks the first instance for the job's status about as often
+  (every N/4 seconds at least; once its MPI daemon has ended, when one was seen) and ends
+  with it; default 60, 0: neither), TCP_IFACE (mpirun: the
   interface for MPI's TCP traffic, a name or a subnet such as 10.0.0.0/24; default: the
   interface the route to the second host goes through).
 __FORWARD_USAGE__
@@ -201,16 +203,22 @@ if [ "$RANK" -ne 0 ]; then
   # not answer), nobody is left to tell us, and the worker ends by itself. Alive but its word
   # lost on the way here, it is asked for its record of the end about every ask_every
   # seconds, at a random point of each period: N/4 at the least, so that all the workers
-  # together log in on the first instance about 4 times a second at most.
+  # together log in on the first instance about 4 times a second at most. The job's MPI
+  # daemon here (hw_rt_mpi_daemon) says when the end is due: while it runs nobody is asked;
+  # once it has ended the marker has END_GRACE seconds to come before the asking starts, and
+  # when it has been gone FIRST_GONE_AFTER seconds an ask that brings no status ends the
+  # worker (a first instance killed before it kept its record). A daemon never seen (a job
+  # shorter than a look, a worker started after it) leaves the asking as it was.
   gone_after=$((10#${FIRST_GONE_AFTER:-60}))
   every=$((gone_after / 6))
   if [ "$every" -lt 1 ]; then every=1; elif [ "$every" -gt 10 ]; then every=10; fi
   ask_every=$gone_after
   if [ "$ask_every" -lt $((N / 4)) ]; then ask_every=$((N / 4)); fi
+  END_GRACE=5
   next_ask() { ask_at=$((SECONDS + ask_every / 2 + RANDOM % (ask_every + 1))); }
   next_ask
   log "waiting for $FIRST to run the job"
-  started=$SECONDS answered=$SECONDS probed=$SECONDS ask_failed=""
+  started=$SECONDS answered=$SECONDS probed=$SECONDS ask_failed="" daemon="" daemon_ended=""
   # the marker holds the job's status; one caught while being written is read again
   done_rc() { { read -r rc < "$DONE"; } 2>/dev/null && [[ $rc =~ ^[0123456789]{1,3}$ ]]; }
   while ! done_rc; do
@@ -219,6 +227,13 @@ if [ "$RANK" -ne 0 ]; then
       die "the job did not end within ${WORKER_TIMEOUT}s (WORKER_TIMEOUT)"
     fi
     [ "$gone_after" -gt 0 ] || continue
+    if hw_rt_mpi_daemon; then
+      daemon=running daemon_ended=""
+    elif [ "$daemon" = running ]; then
+      # the asks of workers not told spread over half a period, not all at one moment
+      daemon=ended daemon_ended=$SECONDS
+      ask_at=$((SECONDS + END_GRACE + RANDOM % (ask_every / 2 + 1)))
+    fi
     if [ $((SECONDS - probed)) -ge "$every" ]; then
       probed=$SECONDS
       if _hw_rt_port_open "$FIRST" "$PORT"; then answered=$SECONDS; fi
@@ -227,14 +242,21 @@ if [ "$RANK" -ne 0 ]; then
         exit 3
       fi
     fi
+    [ "$daemon" != running ] || continue
     if [ "$SECONDS" -ge "$ask_at" ] && [ "$answered" -eq "$probed" ]; then
       next_ask
       asked=0
       hw_rt_end_ask "$FIRST" "$PORT" "$RUN_REL" "$T_START" || asked=$?
-      if [ "$asked" -eq 0 ] && ! done_rc; then
+      if done_rc; then break; fi
+      if [ "$asked" -eq 0 ]; then
         rc=$HW_RT_END_STATUS
         log "the job ended with status $rc (from $FIRST's record: it could not tell this instance)"
         exit "$rc"
+      elif [ -n "$daemon_ended" ] && [ $((SECONDS - daemon_ended)) -ge "$gone_after" ]; then
+        why="has no record of its end"
+        if [ "$asked" -eq 2 ]; then why="could not be asked for its end ($HW_RT_ERROR)"; fi
+        log "the job's MPI daemon here ended $((SECONDS - daemon_ended))s ago and $FIRST (the first instance) $why (FIRST_GONE_AFTER=$gone_after): ending without the job's status"
+        exit 3
       elif [ "$asked" -eq 2 ] && [ -z "$ask_failed" ]; then
         ask_failed=1
         log "could not ask $FIRST for the end of the job ($HW_RT_ERROR); asking again about every ${ask_every}s"
