@@ -218,7 +218,7 @@ if [ "$RANK" -ne 0 ]; then
   next_ask() { ask_at=$((SECONDS + ask_every / 2 + RANDOM % (ask_every + 1))); }
   next_ask
   log "waiting for $FIRST to run the job"
-  started=$SECONDS answered=$SECONDS probed=$SECONDS ask_failed="" daemon="" daemon_ended=""
+  started=$SECONDS answered=$SECONDS probed=$SECONDS ask_failed="" daemon="" daemon_ended="" looked=$((SECONDS - every))
   # the marker holds the job's status; one caught while being written is read again
   done_rc() { { read -r rc < "$DONE"; } 2>/dev/null && [[ $rc =~ ^[0123456789]{1,3}$ ]]; }
   while ! done_rc; do
@@ -227,12 +227,18 @@ if [ "$RANK" -ne 0 ]; then
       die "the job did not end within ${WORKER_TIMEOUT}s (WORKER_TIMEOUT)"
     fi
     [ "$gone_after" -gt 0 ] || continue
-    if hw_rt_mpi_daemon; then
-      daemon=running daemon_ended=""
-    elif [ "$daemon" = running ]; then
-      # the asks of workers not told spread over half a period, not all at one moment
-      daemon=ended daemon_ended=$SECONDS
-      ask_at=$((SECONDS + END_GRACE + RANDOM % (ask_every / 2 + 1)))
+    # A running daemon is looked at every second (its pid first, one file); a search of
+    # every process only every few seconds: instances that share a process list (a pod's
+    # containers, or many on one machine) each read all of it.
+    if [ "$daemon" = running ] || [ $((SECONDS - looked)) -ge "$every" ]; then
+      looked=$SECONDS
+      if hw_rt_mpi_daemon; then
+        daemon=running daemon_ended=""
+      elif [ "$daemon" = running ]; then
+        # the asks of workers not told spread over half a period, not all at one moment
+        daemon=ended daemon_ended=$SECONDS
+        ask_at=$((SECONDS + END_GRACE + RANDOM % (ask_every / 2 + 1)))
+      fi
     fi
     if [ $((SECONDS - probed)) -ge "$every" ]; then
       probed=$SECONDS
