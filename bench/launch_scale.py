@@ -8,6 +8,10 @@ first instance (the same hostfile, port and interface), both measured in the sam
 
     HPCWIZARD_BENCH_SYSTEM=1 python3 bench/launch_scale.py [--sizes 4 16 64] [--repeats 2]
 
+Every SSH session runs the login user's ~/.bashrc, mpirun's and the telling's alike: one
+that does real work for shells that are not interactive (this machine's root one runs
+`pyenv init`) weighs on both; bench/RESULTS.md says which was measured.
+
 Root only: applies the MPI/TCP configuration for root (undone afterwards) and makes network
 namespaces (tests/system/netns.py), so it runs under /work/system-tests.lock on a shared
 machine. Prints one line per figure, and where the first instance's time went (its
