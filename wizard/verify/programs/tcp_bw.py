@@ -2,12 +2,19 @@
 #   --receive ADDRESS              listen on a free port of ADDRESS (the address the sender
 #                                  connects to), print it with a one-time token, go to the
 #                                  background (the ssh that started it returns), take one
-#                                  sender's bytes, answer with how many arrived in how long
+#                                  sender's pings and bytes, answer with how many arrived in
+#                                  how long
 #   --send ADDRESS PORT MIB SECONDS
-#                                  send until MIB MiB are sent or SECONDS have passed, whichever
+#                                  time PINGS small round trips (the median, in µs), then send
+#                                  until MIB MiB are sent or SECONDS have passed, whichever
 #                                  comes first, print the figure the receiver measured; the
 #                                  token comes in HPCWIZARD_TCPBW_TOKEN (a command line is
 #                                  readable by every user, the environment by its owner only)
+# On the wire: the sender's token and HEAD; the receiver's READY (or REFUSED); PINGS times a
+# PING the receiver echoes; the bytes; the receiver's REPLY. Both ends are this one file,
+# sent on stdin by the same verify run: they never differ.
+# The pings go before the bytes, on the same connection (TCP_NODELAY: no Nagle wait): after
+# them the connection is half-closed, and during them the queue the bytes fill would be timed.
 # Bound to the one address, not every one: a scan of the others never reaches it. A
 # connection that does not send the token within HEADER_WAIT is closed and waited past, until
 # WAIT: a port scan or a load balancer's probe cannot take the slot.
@@ -21,9 +28,14 @@ CHUNK = 1 << 20
 WAIT = 60.0  # the receiver gives up on its sender after this long
 HEADER_WAIT = 5.0  # a connection's token and sizes arrive within this, or it is not the sender
 REPLY_WAIT = 15.0  # past the time bound: the receiver's answer arrives within this
-HEAD = struct.Struct("!Qd")  # after the token: the most bytes, the most seconds
+HEAD = struct.Struct("!QdI")  # after the token: the most bytes, the most seconds, pings
 REPLY = struct.Struct("!Qd")  # bytes that arrived, the seconds they took
+READY = REPLY.pack(0, 0.0)  # the receiver's answer to sizes in range: the pings may come
 REFUSED = REPLY.pack(0, -1.0)  # the receiver's answer to sizes out of range
+PING = struct.Struct("!Q")  # a round trip's number, echoed as it came
+PINGS = 32  # round trips the sender times
+MAX_PINGS = 1000
+PING_WAIT = 5.0  # all the round trips come back within this
 MAX_MIB = 1 << 20  # 1 TiB: more than any time bound carries
 TOKEN_ENV = "HPCWIZARD_TCPBW_TOKEN"
 
@@ -100,11 +112,17 @@ def receive(address):
                 head = exact(conn, len(token) + HEAD.size, time.monotonic() + HEADER_WAIT)
                 if not hmac.compare_digest(head[:len(token)], token):
                     continue
-                size, seconds = HEAD.unpack(head[len(token):])
+                size, seconds, pings = HEAD.unpack(head[len(token):])
                 conn.settimeout(REPLY_WAIT)
-                if not (in_range(size, 0, MAX_MIB << 20) and in_range(seconds, 0, WAIT)):
+                if not (in_range(size, 0, MAX_MIB << 20) and in_range(seconds, 0, WAIT)
+                        and in_range(pings, 0, MAX_PINGS)):
                     conn.sendall(REFUSED)
                     return
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                conn.sendall(READY)
+                echoed = time.monotonic() + PING_WAIT
+                for _ in range(pings):
+                    conn.sendall(exact(conn, PING.size, echoed))
                 got, took = measure(conn, size, seconds, buf)
                 conn.settimeout(REPLY_WAIT)  # measure left its last, short time-out
                 conn.sendall(REPLY.pack(got, took))
@@ -134,7 +152,20 @@ def send_for(address, port, token, mib, seconds):
     size = mib << 20
     chunk = memoryview(bytes(CHUNK))
     with socket.create_connection((address, port), timeout=HEADER_WAIT) as conn:
-        conn.sendall(token.encode() + HEAD.pack(size, seconds))
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn.sendall(token.encode() + HEAD.pack(size, seconds, PINGS))
+        ready = exact(conn, REPLY.size, time.monotonic() + REPLY_WAIT)
+        if ready == REFUSED:
+            print(f"HPCWIZARD-TCPBW-ERROR the receiver refused {mib} MiB in {seconds:g} s",
+                  flush=True)
+            return 1
+        if ready != READY:
+            print("HPCWIZARD-TCPBW-ERROR the receiver's first answer is not READY", flush=True)
+            return 1
+        rtt = round_trips(conn, PINGS)
+        if rtt is None:
+            print("HPCWIZARD-TCPBW-ERROR the receiver echoed another number", flush=True)
+            return 1
         sent, end = 0, time.monotonic() + seconds
         while sent < size:
             left = end - time.monotonic()
@@ -147,19 +178,30 @@ def send_for(address, port, token, mib, seconds):
                 break
         conn.shutdown(socket.SHUT_WR)
         answer = exact(conn, REPLY.size, time.monotonic() + REPLY_WAIT)
-    if answer == REFUSED:
-        print(f"HPCWIZARD-TCPBW-ERROR the receiver refused {mib} MiB in {seconds:g} s",
-              flush=True)
-        return 1
     got, took = REPLY.unpack(answer)
     if not (got <= sent and in_range(took, 0, WAIT + REPLY_WAIT)):
         print(f"HPCWIZARD-TCPBW-ERROR the receiver's answer is out of range: {got} bytes of "
               f"{sent} sent in {took!r} s", flush=True)
         return 1
     gbps = got * 8 / took / 1e9 if took > 0 else 0.0
-    print(f"HPCWIZARD-TCPBW bytes={got} seconds={took:.6f} gbps={gbps:.3f} sent={sent}",
-          flush=True)
+    print(f"HPCWIZARD-TCPBW bytes={got} seconds={took:.6f} gbps={gbps:.3f} sent={sent} "
+          f"rtt_us={rtt * 1e6:.1f}", flush=True)
     return 0
+
+
+def round_trips(conn, n):
+    """The median of n timed round trips, in seconds (this end's clock alone: nothing the
+    other end says is a time); None when an echo is not the number sent."""
+    times, deadline = [], time.monotonic() + PING_WAIT
+    for i in range(1, n + 1):
+        ping = PING.pack(i)
+        t0 = time.perf_counter()
+        conn.sendall(ping)
+        if exact(conn, PING.size, deadline) != ping:
+            return None
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return (times[(n - 1) // 2] + times[n // 2]) / 2
 
 
 def main(argv):
