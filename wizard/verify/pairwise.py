@@ -1,6 +1,7 @@
-"""verify --fleet: TCP throughput between every pair the rounds name (rounds.py), each pair
-measured between its two instances themselves: the receiver started on one over SSH, the
-sender on the other, both directions at once. The hosts, the user and the port are the
+"""verify --fleet: TCP throughput and round trips between every pair the rounds name
+(rounds.py), each pair measured between its two instances themselves: the receiver started
+on one over SSH, the sender on the other, both directions at once; the sender times small
+round trips on its connection before it sends its bytes. The hosts, the user and the port are the
 job's, as verify and the launch script find them. Judged by pairjudge.py."""
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from ..plan import Plan
 from .bandwidth import _TOKEN, TCP_BW, TCP_FAST_MBPS, _address, link_to
 from .context import Ctx, gather
 from .pairjudge import Measured, Verdict, judge
-from .parse import digits, parse_tcp_bw, parse_tcp_listen
+from .parse import digits, parse_tcp_bw, parse_tcp_listen, parse_tcp_rtt
 from .probes import TcpBwAt
 from .rounds import Round, matchings, rounds
 from .shipped import program
@@ -48,7 +49,9 @@ def measure(ctx: Ctx, max_workers: int = 16, seed: Optional[int] = None) -> Verd
         # a pair can be slow by the moment it was measured (a load that came and went):
         # the slow and failed links are measured once more, in rounds of their own
         seen = judge(names, measured, line)
-        again = matchings([(x.a, x.b) for x in (*seen.slow_links, *seen.failed_links)])
+        again = matchings(list(dict.fromkeys(
+            (x.a, x.b) for x in (*seen.slow_links, *seen.failed_links,
+                                 *seen.latency_slow_links))))
         measured += _measure(ctx, pool, again[:RETRY_ROUNDS], here, len(first))
     return judge(names, measured, line, time.monotonic() - t0)
 
@@ -77,7 +80,8 @@ def _line_gbps(ctx: Ctx, here: str, names: Sequence[str]) -> Optional[float]:
 
 def direction(ctx: Ctx, sender: str, receiver: str, here: str, round: int = 0) -> Measured:
     """sender → receiver: the receiver's program listens on receiver's address (as resolved
-    here: the instances share their names), then the sender sends to it for SECONDS."""
+    here: the instances share their names), then the sender times its round trips to it and
+    sends to it for SECONDS."""
     prog = program(TCP_BW)
     try:
         address = str(ipaddress.ip_address(ctx.addresses.get(receiver, "")))
@@ -102,4 +106,4 @@ def direction(ctx: Ctx, sender: str, receiver: str, here: str, round: int = 0) -
     gbps = parse_tcp_bw(s.out) if s.ok else None
     if gbps is None or gbps <= 0:
         return Measured(sender, receiver, None, s.last_line(), round)
-    return Measured(sender, receiver, gbps, round=round)
+    return Measured(sender, receiver, gbps, round=round, latency_us=parse_tcp_rtt(s.out))
