@@ -456,18 +456,22 @@ def read_exactly(conn, n):
     return buf
 
 
-def fake_receiver(reply, ready=struct.pack("!Qd", 0, 0.0), echo=lambda ping: ping):
+def fake_receiver(reply, ready=struct.pack("!Qd", 0, 0.0), echo=lambda ping: ping,
+                  pings=None):
     """A receiver on loopback that takes the header, answers ready, sends echo(ping) back
-    for each round trip, takes the bytes, then answers reply."""
+    for each round trip until the 0 that ends them (each ping seen appended to pings),
+    takes the bytes, then answers reply."""
     srv = socket.create_server(("127.0.0.1", 0))
 
     def serve():
         conn, _ = srv.accept()
         with conn, contextlib.suppress(OSError):
-            head = read_exactly(conn, 32 + struct.calcsize(HEAD))
+            read_exactly(conn, 32 + struct.calcsize(HEAD))
             conn.sendall(ready)
-            for _ in range(struct.unpack(HEAD, head[32:])[2]):
-                conn.sendall(echo(read_exactly(conn, 8)))
+            while (ping := read_exactly(conn, 8)) != struct.pack("!Q", 0):
+                if pings is not None:
+                    pings.append(ping)
+                conn.sendall(echo(ping))
             while conn.recv(1 << 20):
                 pass
             conn.sendall(reply)
@@ -502,6 +506,39 @@ def test_tcp_sender_checks_the_receivers_first_answer_and_echoes(ready, echo, sa
     assert s.stdout.startswith("HPCWIZARD-TCPBW-ERROR ") and len(s.stdout.splitlines()) == 1
     assert said in s.stdout and parse_tcp_bw(s.stdout) is None
     assert parse_tcp_rtt(s.stdout) is None
+
+
+def test_a_path_queued_for_long_gives_a_few_slow_round_trips_and_still_a_figure():
+    """A queue of a quarter second on the path (a shaped link under load): the round trips
+    stop after PING_TIME (0.5 s) with their median, and the bytes are measured after them,
+    not a time-out that reads as a firewall."""
+    import time
+
+    seen = []
+
+    def late(ping):
+        time.sleep(0.25)  # the path's queue, played by the receiver
+        return ping
+
+    t0 = time.monotonic()
+    s = sender(fake_receiver(struct.pack("!Qd", 1 << 20, 0.1), echo=late, pings=seen),
+               "a" * 32, 1, 5)
+    assert s.returncode == 0, s.stdout + s.stderr
+    assert 2 <= len(seen) <= 3  # none started after 0.5 s
+    assert parse_tcp_rtt(s.stdout) >= 250_000 and parse_tcp_bw(s.stdout) > 0
+    assert time.monotonic() - t0 < 30  # bounded, with a loaded machine's slack
+
+
+def test_the_receiver_echoes_no_more_round_trips_than_its_header_said():
+    port, token = receiver()
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+        conn.sendall(token.encode() + struct.pack(HEAD, 1 << 20, 1.0, 2))
+        assert read_exactly(conn, 16) == struct.pack("!Qd", 0, 0.0)  # READY
+        for i in (1, 2):
+            conn.sendall(struct.pack("!Q", i))
+            assert read_exactly(conn, 8) == struct.pack("!Q", i)
+        conn.sendall(struct.pack("!Q", 3))
+        assert conn.recv(8) == b""  # closed, no echo
 
 
 def test_tcp_program_times_its_round_trips_over_loopback():

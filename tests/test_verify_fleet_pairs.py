@@ -402,5 +402,27 @@ def test_a_link_with_slow_round_trips_is_measured_again():
         sends = [(p.host, p.args[1]) for p in sys_.asked(P.TcpBwAt) if "--send" in p.args]
         assert len(sends) == 32  # both ways of n2 ↔ n5 once more
         assert sorted(sends[-2:]) == [("n2", "10.0.0.5"), ("n5", "10.0.0.2")]
+        # one way at a time: the other way's bytes are not on the path
+        assert [(m.round, m.sender) for m in v.measured if m.round >= 5] in (
+            [(5, "n2"), (6, "n5")], [(5, "n5"), (6, "n2")])
     assert once[0].ok and once[0].round_trip("n2", "n5") == 80.0
     assert [(x.a, x.b) for x in always[0].latency_slow_links] == [("n2", "n5")]
+
+
+def test_what_is_measured_again_and_how():
+    from hpcwizard.verify.pairwise import again
+
+    hs = names(8)
+
+    def rtt(a, b):
+        if "n8" in (a, b):
+            return 2400.0  # a node: its links are not measured again
+        return 900.0 if {a, b} in ({"n1", "n2"}, {"n3", "n4"}, {"n2", "n3"}) else 80.0
+
+    ms = [Measured(a, b, 1.0 if {a, b} == {"n5", "n6"} else 10.0, latency_us=rtt(a, b))
+          for a, b in itertools.permutations(hs, 2)]
+    rounds_ = again(judge(hs, ms))
+    # the slow link both ways at once; the round trips' links one way a round, disjoint
+    assert rounds_[0] == [("n5", "n6"), ("n6", "n5")]
+    assert rounds_[1:] == [[("n1", "n2"), ("n3", "n4")], [("n2", "n1"), ("n4", "n3")],
+                           [("n2", "n3")], [("n3", "n2")]]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ipaddress
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from ..facts import Facts
 from ..hosts import Hosts
@@ -45,22 +45,38 @@ def measure(ctx: Ctx, max_workers: int = 16, seed: Optional[int] = None) -> Verd
     line = _line_gbps(ctx, here, names)
     first = rounds(names, seed)
     with ThreadPoolExecutor(max_workers=max(1, max_workers)) as pool:
-        measured = _measure(ctx, pool, first, here, 0)
-        # a pair can be slow by the moment it was measured (a load that came and went):
-        # the slow and failed links are measured once more, in rounds of their own
-        seen = judge(names, measured, line)
-        again = matchings(list(dict.fromkeys(
-            (x.a, x.b) for x in (*seen.slow_links, *seen.failed_links,
-                                 *seen.latency_slow_links))))
-        measured += _measure(ctx, pool, again[:RETRY_ROUNDS], here, len(first))
+        measured = _measure(ctx, pool, [_both_ways(r) for r in first], here, 0)
+        measured += _measure(ctx, pool, again(judge(names, measured, line)), here, len(first))
     return judge(names, measured, line, time.monotonic() - t0)
 
 
-def _measure(ctx: Ctx, pool: ThreadPoolExecutor, rounds_: Sequence[Round], here: str,
-             first: int) -> List[Measured]:
+Direction = Tuple[str, str]
+
+
+def again(seen: Verdict) -> List[List[Direction]]:
+    """The rounds that measure once more what a moment may have made slow (a load that came
+    and went): the slow and failed links, both ways at once (at most RETRY_ROUNDS); then the
+    links slow by their round trips alone, one way at a time (at most RETRY_ROUNDS pairs of
+    rounds): timed while the other way's bytes queued on the path, a round trip is slow by
+    the test's own doing. The links of a node named are the node's: not measured again."""
+    slow = matchings(list(dict.fromkeys(
+        (x.a, x.b) for x in (*seen.slow_links, *seen.failed_links))))[:RETRY_ROUNDS]
+    done = {frozenset(p) for r in slow for p in r}
+    named = {n.host for n in (*seen.slow_nodes, *seen.latency_slow_nodes)}
+    late = matchings([(x.a, x.b) for x in seen.latency_slow_links
+                      if frozenset((x.a, x.b)) not in done and not {x.a, x.b} & named])
+    return ([_both_ways(r) for r in slow]
+            + [list(way) for r in late[:RETRY_ROUNDS] for way in (r, [p[::-1] for p in r])])
+
+
+def _both_ways(pairs: Round) -> List[Direction]:
+    return [d for a, b in pairs for d in ((a, b), (b, a))]
+
+
+def _measure(ctx: Ctx, pool: ThreadPoolExecutor, rounds_: Sequence[Sequence[Direction]],
+             here: str, first: int) -> List[Measured]:
     out: List[Measured] = []
-    for i, pairs in enumerate(rounds_, first):
-        directions = [d for a, b in pairs for d in ((a, b), (b, a))]
+    for i, directions in enumerate(rounds_, first):
         out += gather(ctx, [pool.submit(direction, ctx, s, r, here, i)
                             for s, r in directions])
     return out

@@ -5,13 +5,15 @@
 #                                  sender's pings and bytes, answer with how many arrived in
 #                                  how long
 #   --send ADDRESS PORT MIB SECONDS
-#                                  time PINGS small round trips (the median, in µs), then send
+#                                  time up to PINGS small round trips (the median, in µs; as
+#                                  many as PING_TIME allows), then send
 #                                  until MIB MiB are sent or SECONDS have passed, whichever
 #                                  comes first, print the figure the receiver measured; the
 #                                  token comes in HPCWIZARD_TCPBW_TOKEN (a command line is
 #                                  readable by every user, the environment by its owner only)
-# On the wire: the sender's token and HEAD; the receiver's READY (or REFUSED); PINGS times a
-# PING the receiver echoes; the bytes; the receiver's REPLY. Both ends are this one file,
+# On the wire: the sender's token and HEAD; the receiver's READY (or REFUSED); up to PINGS
+# PINGs numbered from 1, each echoed, and a PING of 0 that ends them (not echoed); the bytes;
+# the receiver's REPLY. Both ends are this one file,
 # sent on stdin by the same verify run: they never differ.
 # The pings go before the bytes, on the same connection (TCP_NODELAY: no Nagle wait): after
 # them the connection is half-closed, and during them the queue the bytes fill would be timed.
@@ -33,9 +35,11 @@ REPLY = struct.Struct("!Qd")  # bytes that arrived, the seconds they took
 READY = REPLY.pack(0, 0.0)  # the receiver's answer to sizes in range: the pings may come
 REFUSED = REPLY.pack(0, -1.0)  # the receiver's answer to sizes out of range
 PING = struct.Struct("!Q")  # a round trip's number, echoed as it came
-PINGS = 32  # round trips the sender times
+END_PINGS = PING.pack(0)
+PINGS = 32  # round trips the sender times at most
 MAX_PINGS = 1000
-PING_WAIT = 5.0  # all the round trips come back within this
+PING_TIME = 0.5  # no round trip starts after this: a path queued for seconds gives a few
+PING_WAIT = 5.0  # each round trip comes back within this, or the test ends
 MAX_MIB = 1 << 20  # 1 TiB: more than any time bound carries
 TOKEN_ENV = "HPCWIZARD_TCPBW_TOKEN"
 
@@ -120,9 +124,8 @@ def receive(address):
                     return
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 conn.sendall(READY)
-                echoed = time.monotonic() + PING_WAIT
-                for _ in range(pings):
-                    conn.sendall(exact(conn, PING.size, echoed))
+                if not echo(conn, pings):
+                    return
                 got, took = measure(conn, size, seconds, buf)
                 conn.settimeout(REPLY_WAIT)  # measure left its last, short time-out
                 conn.sendall(REPLY.pack(got, took))
@@ -189,18 +192,35 @@ def send_for(address, port, token, mib, seconds):
     return 0
 
 
-def round_trips(conn, n):
-    """The median of n timed round trips, in seconds (this end's clock alone: nothing the
-    other end says is a time); None when an echo is not the number sent."""
-    times, deadline = [], time.monotonic() + PING_WAIT
-    for i in range(1, n + 1):
+def echo(conn, most):
+    """The receiver's half of the round trips: each PING sent back as it came, until the 0
+    that ends them. False when more than most come, or they outlast the sender's bounds."""
+    deadline = time.monotonic() + PING_TIME + PING_WAIT
+    for _ in range(most):
+        ping = exact(conn, PING.size, deadline)
+        if ping == END_PINGS:
+            return True
+        conn.sendall(ping)
+    return exact(conn, PING.size, deadline) == END_PINGS
+
+
+def round_trips(conn, most):
+    """The median of the round trips timed, in seconds (this end's clock alone: nothing the
+    other end says is a time): up to most, none started after PING_TIME; then the 0 that
+    ends them. None when an echo is not the number sent."""
+    times, stop = [], time.monotonic() + PING_TIME
+    for i in range(1, most + 1):
+        if times and time.monotonic() > stop:
+            break
         ping = PING.pack(i)
         t0 = time.perf_counter()
         conn.sendall(ping)
-        if exact(conn, PING.size, deadline) != ping:
+        if exact(conn, PING.size, time.monotonic() + PING_WAIT) != ping:
             return None
         times.append(time.perf_counter() - t0)
+    conn.sendall(END_PINGS)
     times.sort()
+    n = len(times)
     return (times[(n - 1) // 2] + times[n // 2]) / 2
 
 
