@@ -314,6 +314,20 @@ def test_the_round_trips_name_the_node_or_the_link(case, n, rtt, nodes, slow):
     assert v.ok == (not nodes and not slow and not v.failed_links)
 
 
+def test_the_round_trips_of_a_node_slow_by_its_throughput_are_the_node_s():
+    """A node shaped to a low rate queues round trips behind its bytes (tbf): some of its
+    links' round trips are slow, and they are not named one by one beside the node."""
+    hs = names(8)
+    ms = [Measured(a, b, 1.0 if "n7" in (a, b) else 10.0,
+                   latency_us=5000.0 if {a, b} in ({"n3", "n7"}, {"n7", "n8"}) else 40.0)
+          for a, b in itertools.permutations(hs, 2)]
+    v = judge(hs, ms)
+    assert [n.host for n in v.slow_nodes] == ["n7"]
+    assert v.latency_slow_links == () and v.latency_slow_nodes == ()
+    assert {frozenset(d) for d in v.latency_slow} == {frozenset(("n3", "n7")),
+                                                      frozenset(("n7", "n8"))}
+
+
 @pytest.mark.parametrize("us,median,slow", [
     (301.0, 100.0, True), (300.0, 100.0, False), (250.0, 50.0, True), (249.0, 50.0, False),
     (2999.0, 1000.0, False), (3001.0, 1000.0, True)])

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple, TypeVar
 
 SLOW_FRACTION = 0.6  # below this share of the fleet's median a direction is slow
 ROUND_PAIRS = 3  # fewer pairs in a round: its median is too much the pairs' own
@@ -143,7 +143,7 @@ def judge(hosts: Sequence[str], measured: Sequence[Measured],
     below = bool(median is not None and line_gbps and median < LINE_FRACTION * line_gbps)
     slow = tuple(d for d, (share, _gbps) in _best(measured, reference).items()
                  if share < SLOW_FRACTION)
-    lat_median, lat_nodes, lat_links, lat_slow = _latency(hosts, measured, pairs)
+    lat_median, lat_nodes, lat_links, lat_slow = _latency(hosts, measured, pairs, named)
     return Verdict(tuple(hosts), tuple(measured), median, line_gbps, tuple(nodes),
                    tuple(x for x in rest if not x.error), tuple(x for x in rest if x.error),
                    below, slow, seconds, lat_median, lat_nodes, lat_links, lat_slow)
@@ -183,11 +183,13 @@ def _mostly_bad(hosts: Sequence[str], links: Sequence[Tuple[Tuple[str, str], Opt
 
 
 def _latency(hosts: Sequence[str], measured: Sequence[Measured],
-             pairs: Dict[frozenset, List[Measured]]
+             pairs: Dict[frozenset, List[Measured]], slow_nodes: Set[str]
              ) -> Tuple[Optional[float], Tuple[LatencyNode, ...], Tuple[LatencyLink, ...],
                         Tuple[Tuple[str, str], ...]]:
     """(the fleet's median round trip, the slow nodes, the slow links left, every slow
-    direction): each direction by its lowest round trip, held to its round's median."""
+    direction): each direction by its lowest round trip, held to its round's median. The
+    links of a node named (by its round trips, or slow_nodes by its throughput) are the
+    node's: a node slow to carry bytes queues the round trips behind them too."""
     median, reference = _references(measured, lambda m: m.latency_us)
     best = _lowest(measured, reference)
     links: List[Tuple[Tuple[str, str], Optional[LatencyLink]]] = []
@@ -201,7 +203,7 @@ def _latency(hosts: Sequence[str], measured: Sequence[Measured],
         links.append(((a, b), LatencyLink(a, b, us, round(us / ref, 1)) if slow else None))
     nodes = tuple(LatencyNode(host, len(bad), n, statistics.median(x.latency_us for x in bad))
                   for host, bad, n in _mostly_bad(hosts, links))
-    named = {n.host for n in nodes}
+    named = {n.host for n in nodes} | slow_nodes
     rest = tuple(bad for (a, b), bad in links if bad is not None and not {a, b} & named)
     slow = tuple(d for d, (us, ref) in best.items() if latency_slow(us, ref))
     return median, nodes, rest, slow

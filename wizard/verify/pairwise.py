@@ -58,14 +58,13 @@ def again(seen: Verdict) -> List[List[Direction]]:
     and went): the slow and failed links, both ways at once (at most RETRY_ROUNDS); then the
     links slow by their round trips alone, one way at a time (at most RETRY_ROUNDS pairs of
     rounds): timed while the other way's bytes queued on the path, a round trip is slow by
-    the test's own doing. The links of a node named are the node's: not measured again."""
-    slow = matchings(list(dict.fromkeys(
-        (x.a, x.b) for x in (*seen.slow_links, *seen.failed_links))))[:RETRY_ROUNDS]
-    done = {frozenset(p) for r in slow for p in r}
-    named = {n.host for n in (*seen.slow_nodes, *seen.latency_slow_nodes)}
+    the test's own doing. A node's links are not among the links the verdict names: they are
+    the node's, not measured again."""
+    slow = matchings([(x.a, x.b) for x in (*seen.slow_links, *seen.failed_links)])
+    done = {frozenset(p) for r in slow for p in r}  # named by their bytes already
     late = matchings([(x.a, x.b) for x in seen.latency_slow_links
-                      if frozenset((x.a, x.b)) not in done and not {x.a, x.b} & named])
-    return ([_both_ways(r) for r in slow]
+                      if frozenset((x.a, x.b)) not in done])
+    return ([_both_ways(r) for r in slow[:RETRY_ROUNDS]]
             + [list(way) for r in late[:RETRY_ROUNDS] for way in (r, [p[::-1] for p in r])])
 
 
