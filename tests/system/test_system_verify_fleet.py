@@ -2,15 +2,14 @@
 instances (a real sshd each, after a real MPI/TCP apply for root), with two faults made
 with tc: node3 → node5 shaped to SLOW on node3's eth0 for node5's address only (an htb
 class and a u32 filter: node3's other traffic passes unshaped), and node7's eth0 shaped to
-SLOW for everyone (tbf), and node6's round trips made slow: its packets of the length
-tcp_bw.py's 8-byte pings and echoes have (IP 60 bytes, an htb class of ROUND_TRIP_RATE
-behind a u32 filter), each waiting for its tokens — its bytes and their ACKs pass
-unshaped. The check names the pair node3 ↔ node5 and the node node7 by their throughput,
-node6 by its round trips, and nothing else (tbf and htb delay only what queues behind
-them: the shaped pair's and node's round trips, timed before their bytes, are not slow
-reliably, and not asserted to be); at 16 healthy instances it names nothing, and its time is printed (a
-timing run, with HPCWIZARD_BENCH_SYSTEM=1). Root
-only, HPCWIZARD_SYSTEM_TESTS=1 (conftest.py skips otherwise)."""
+SLOW for everyone (tbf). The check names the pair node3 ↔ node5 and the node node7, and
+nothing else; every direction has its round trip, and no healthy link is named by it. The
+faults are not asserted to show in the round trips: tbf and htb delay only what queues
+behind them, and a token bucket lets the first small packet after a pause through at once,
+so the lowest round trip of an idle path is not slowed by them (a standing queue or netem
+would be, and netem is not in these kernels). At 16 healthy instances it names nothing,
+and its time is printed (a timing run, with HPCWIZARD_BENCH_SYSTEM=1). Root only,
+HPCWIZARD_SYSTEM_TESTS=1 (conftest.py skips otherwise)."""
 from __future__ import annotations
 
 import json
@@ -24,8 +23,6 @@ from _verify_cluster import VCluster, applied, show, start_nodes, wizard_exe
 pytestmark = pytest.mark.system
 
 SLOW = "50mbit"  # far below what a veth carries, even with 16 streams on two cores
-# 74-byte frames at 16 kbit/s: each ping or echo waits about 37 ms for its tokens
-ROUND_TRIP_RATE = "16kbit"
 
 
 @pytest.fixture(scope="module")
@@ -55,12 +52,6 @@ def test_the_slow_pair_and_the_slow_node_are_named(setup):
            "prio", "1", "u32", "match", "ip", "dst", f"{c.ip('node5')}/32", "flowid", "1:20")
         tc(c, "node7", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", SLOW,
            "burst", "32kbit", "latency", "400ms")
-        # node6: an htb without a default class (what no filter names passes unshaped)
-        tc(c, "node6", "qdisc", "add", "dev", "eth0", "root", "handle", "1:", "htb")
-        tc(c, "node6", "class", "add", "dev", "eth0", "parent", "1:", "classid", "1:30",
-           "htb", "rate", ROUND_TRIP_RATE, "burst", "100b", "cburst", "100b")
-        tc(c, "node6", "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip",
-           "prio", "1", "u32", "match", "u16", "60", "0xffff", "at", "2", "flowid", "1:30")
         proc, took = fleet(c, setup["env"], 8, "--json")
         try:
             data = json.loads(proc.stdout)
@@ -86,12 +77,9 @@ def test_the_slow_pair_and_the_slow_node_are_named(setup):
         assert all(m["latency_us"] and m["latency_us"] > 0 for m in data["measured"]), \
             show(proc)
         assert 0 < data["median_latency_us"] < 5000, show(proc)
-        # node6 named by its round trips; no healthy link: only node3 ↔ node5 may be
-        # (whose bytes queue behind its shaping), or node7 as a node
-        lat = {n["host"]: n for n in data["latency_slow_nodes"]}
-        assert "node6" in lat and set(lat) <= {"node6", "node7"}, show(proc)
-        assert lat["node6"]["bad"] == lat["node6"]["links"] == 7, show(proc)
-        assert lat["node6"]["latency_us"] > 10_000, show(proc)  # ~37 ms a packet
+        # no healthy link named by its round trips: only node3 ↔ node5 may be (whose bytes
+        # queue behind its shaping), or node7 as a node (its links are the node's)
+        assert all(x["host"] == "node7" for x in data["latency_slow_nodes"]), show(proc)
         assert all({x["a"], x["b"]} == {"node3", "node5"}
                    for x in data["latency_slow_links"]), show(proc)
         # measured again: the slow link, both ways at once (node7's links are the node's);
@@ -109,7 +97,6 @@ def test_the_slow_pair_and_the_slow_node_are_named(setup):
         assert "SLOW LINK node3 ↔ node5" in proc.stdout, show(proc)
         assert "TCP Gb/s, row → column" in proc.stdout
         assert "TCP round trip µs, row → column" in proc.stdout, show(proc)
-        assert "HIGH LATENCY NODE node6: 7 of its 7 links slow" in proc.stdout, show(proc)
 
 
 @pytest.mark.skipif(not os.environ.get("HPCWIZARD_BENCH_SYSTEM"),
@@ -124,7 +111,7 @@ def test_sixteen_healthy_instances_name_nothing(setup):
             pytest.fail(f"verify --fleet did not print JSON{show(proc)}")
         print(f"\nverify --fleet at 16 instances: {took:.1f} s (the check's own "
               f"{data['seconds']:.1f} s), median {data['median_gbps']:.2f} Gb/s, "
-              f"{len(data['measured'])} measurements")
+              f"{data['median_latency_us']:.0f} µs, {len(data['measured'])} measurements")
         assert len({(m["sender"], m["receiver"]) for m in data["measured"]}) == 16 * 15
         assert data["ok"] is True, show(proc)
         assert proc.returncode == 0, show(proc)

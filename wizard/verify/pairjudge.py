@@ -11,7 +11,7 @@ its median, failed when either gave no figure. An instance whose links are mostl
 failed is named as the node (its NIC, its cable, its switch port), and its links are not
 named one by one; the slow links left are named as links.
 
-The round trips (the median of the small ones timed on the same connection, before its
+The round trips (the lowest of the small ones timed on the same connection, before its
 bytes) are judged the same way, each direction's lowest one held to its round's median: a
 direction is slow when it takes more than LATENCY_FACTOR times the median and LATENCY_FLOOR_US
 more (a few tens of µs between instances of one host are noise, not a link); an instance
@@ -37,7 +37,7 @@ class Measured:
     gbps: Optional[float]
     error: str = ""
     round: int = 0  # which round measured it
-    latency_us: Optional[float] = None  # the median round trip, µs (None: no figure)
+    latency_us: Optional[float] = None  # its lowest round trip, µs (None: no figure)
 
 
 @dataclass(frozen=True)

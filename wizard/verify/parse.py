@@ -298,7 +298,7 @@ RTT_MAX_US = 5e6  # tcp_bw.py's PING_WAIT: a round trip slower did not come back
 
 
 def parse_tcp_rtt(text: str) -> "float | None":
-    """The TCP test's sender: '... rtt_us=R' -> R, the median round trip in µs (None: none,
+    """The TCP test's sender: '... rtt_us=R' -> R, the lowest round trip in µs (None: none,
     or not a finite number in 0 < R <= RTT_MAX_US)."""
     m = re.search(r"HPCWIZARD-TCPBW (.*)", text)
     rtt = finite(_fields(m.group(1)).get("rtt_us")) if m else None
