@@ -175,9 +175,10 @@ class FakeSystem(System):
     TOKEN = "0123456789abcdef0123456789abcdef"  # the TCP test's one-time token
 
     @staticmethod
-    def tcp_bw_line(gbps):
-        """What programs/tcp_bw.py's sender prints, for gbps."""
-        return f"HPCWIZARD-TCPBW bytes=536870912 seconds=0.5 gbps={gbps:.3f}\n"
+    def tcp_bw_line(gbps, rtt_us=80.0):
+        """What programs/tcp_bw.py's sender prints, for gbps and a round trip of rtt_us."""
+        return (f"HPCWIZARD-TCPBW bytes=536870912 seconds=0.5 gbps={gbps:.3f} "
+                f"sent=536870912 rtt_us={rtt_us:.1f}\n")
 
     @staticmethod
     def busbw_line(busbw, backend="gloo", size=2):

@@ -2,6 +2,7 @@
 against the interface's speed, the all_reduce's bus bandwidth against the NICs; the verdict
 arithmetic at its boundaries; the parsers on real published ib_write_bw outputs; and that
 without the flag the checks are no part of the report."""
+import contextlib
 import dataclasses
 import os
 import socket
@@ -25,7 +26,7 @@ from hpcwizard.verify import FAIL, PASS, SKIP, verify
 from hpcwizard.verify import bandwidth as BW
 from hpcwizard.verify import probes as P
 from hpcwizard.verify.parse import (parse_busbw, parse_ib_write_bw, parse_link_speed,
-                                    parse_tcp_bw, parse_tcp_listen)
+                                    parse_tcp_bw, parse_tcp_listen, parse_tcp_rtt)
 from hpcwizard.verify.shipped import program
 
 OUT = Path(__file__).parent / "fixtures" / "outputs"
@@ -423,15 +424,20 @@ def test_tcp_token_is_in_the_senders_environment_not_its_command_line():
     assert send.env() == {"HPCWIZARD_TCPBW_TOKEN": FakeSystem.TOKEN}
 
 
-@pytest.mark.parametrize("size, seconds", [(1 << 20, float("nan")), (1 << 20, float("inf")),
-                                           (1 << 20, -1.0), (1 << 20, 3600.0), (0, 1.0),
-                                           ((1 << 63) - 1, 1.0)])
-def test_tcp_receiver_refuses_sizes_out_of_range_with_an_answer(size, seconds):
+HEAD = "!QdI"  # tcp_bw.py's header after the token: bytes, seconds, round trips
+PINGS = 32  # the round trips its sender times
+
+
+@pytest.mark.parametrize("size, seconds, pings", [
+    (1 << 20, float("nan"), PINGS), (1 << 20, float("inf"), PINGS), (1 << 20, -1.0, PINGS),
+    (1 << 20, 3600.0, PINGS), (0, 1.0, PINGS), ((1 << 63) - 1, 1.0, PINGS),
+    (1 << 20, 1.0, 0), (1 << 20, 1.0, 1001), (1 << 20, 1.0, (1 << 32) - 1)])
+def test_tcp_receiver_refuses_sizes_out_of_range_with_an_answer(size, seconds, pings):
     """A token holder's NaN, infinite or huge figures get the REFUSED answer (the receiver
     did not die on them), and the sender says so in one line."""
     port, token = receiver()
     with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
-        conn.sendall(token.encode() + struct.pack("!Qd", size, seconds))
+        conn.sendall(token.encode() + struct.pack(HEAD, size, seconds, pings))
         answer = b""
         while len(answer) < 16:
             part = conn.recv(16 - len(answer))
@@ -440,13 +446,32 @@ def test_tcp_receiver_refuses_sizes_out_of_range_with_an_answer(size, seconds):
     assert struct.unpack("!Qd", answer) == (0, -1.0)
 
 
-def fake_receiver(reply):
-    """A receiver on loopback that takes the header and the bytes, then answers reply."""
+def read_exactly(conn, n):
+    buf = b""
+    while len(buf) < n:
+        part = conn.recv(n - len(buf))
+        if not part:  # the sender ended the test (as it does on a bad answer)
+            raise ConnectionError("closed early")
+        buf += part
+    return buf
+
+
+def fake_receiver(reply, ready=struct.pack("!Qd", 0, 0.0), echo=lambda ping: ping,
+                  pings=None):
+    """A receiver on loopback that takes the header, answers ready, sends echo(ping) back
+    for each round trip until the 0 that ends them (each ping seen appended to pings),
+    takes the bytes, then answers reply."""
     srv = socket.create_server(("127.0.0.1", 0))
 
     def serve():
         conn, _ = srv.accept()
-        with conn:
+        with conn, contextlib.suppress(OSError):
+            read_exactly(conn, 32 + struct.calcsize(HEAD))
+            conn.sendall(ready)
+            while (ping := read_exactly(conn, 8)) != struct.pack("!Q", 0):
+                if pings is not None:
+                    pings.append(ping)
+                conn.sendall(echo(ping))
             while conn.recv(1 << 20):
                 pass
             conn.sendall(reply)
@@ -466,6 +491,79 @@ def test_tcp_sender_answers_a_reply_out_of_range_with_one_line(reply):
     assert s.returncode == 1 and not s.stderr, s.stderr
     assert s.stdout.startswith("HPCWIZARD-TCPBW-ERROR ") and len(s.stdout.splitlines()) == 1
     assert parse_tcp_bw(s.stdout) is None
+
+
+@pytest.mark.parametrize("ready, echo, said", [
+    (struct.pack("!Qd", 0, -1.0), lambda ping: ping, "the receiver refused 1 MiB in 5 s"),
+    (struct.pack("!Qd", 1, 0.0), lambda ping: ping, "first answer is not READY"),
+    (struct.pack("!Qd", 0, 0.0), lambda ping: ping[::-1], "echoed another number"),
+    (struct.pack("!Qd", 0, 0.0), lambda ping: b"\xff" * 8, "echoed another number")])
+def test_tcp_sender_checks_the_receivers_first_answer_and_echoes(ready, echo, said):
+    """The round trips' times are the sender's own clock: from the other end only echoes
+    come, and one that is not the number sent ends the test in one line, with no figure."""
+    s = sender(fake_receiver(struct.pack("!Qd", 1 << 20, 0.1), ready, echo), "a" * 32, 1, 5)
+    assert s.returncode == 1 and not s.stderr, s.stderr
+    assert s.stdout.startswith("HPCWIZARD-TCPBW-ERROR ") and len(s.stdout.splitlines()) == 1
+    assert said in s.stdout and parse_tcp_bw(s.stdout) is None
+    assert parse_tcp_rtt(s.stdout) is None
+
+
+def test_a_path_queued_for_long_gives_a_few_slow_round_trips_and_still_a_figure():
+    """A queue of a quarter second on the path (a shaped link under load): the round trips
+    stop after PING_TIME (0.5 s) with their median, and the bytes are measured after them,
+    not a time-out that reads as a firewall."""
+    import time
+
+    seen = []
+
+    def late(ping):
+        time.sleep(0.25)  # the path's queue, played by the receiver
+        return ping
+
+    t0 = time.monotonic()
+    s = sender(fake_receiver(struct.pack("!Qd", 1 << 20, 0.1), echo=late, pings=seen),
+               "a" * 32, 1, 5)
+    assert s.returncode == 0, s.stdout + s.stderr
+    assert 2 <= len(seen) <= 3  # none started after 0.5 s
+    assert parse_tcp_rtt(s.stdout) >= 250_000 and parse_tcp_bw(s.stdout) > 0
+    assert time.monotonic() - t0 < 30  # bounded, with a loaded machine's slack
+
+
+def test_the_receiver_echoes_no_more_round_trips_than_its_header_said():
+    port, token = receiver()
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+        conn.sendall(token.encode() + struct.pack(HEAD, 1 << 20, 1.0, 2))
+        assert read_exactly(conn, 16) == struct.pack("!Qd", 0, 0.0)  # READY
+        for i in (1, 2):
+            conn.sendall(struct.pack("!Q", i))
+            assert read_exactly(conn, 8) == struct.pack("!Q", i)
+        conn.sendall(struct.pack("!Q", 3))
+        assert conn.recv(8) == b""  # closed, no echo
+
+
+def test_tcp_program_times_its_round_trips_over_loopback():
+    """Two real processes: the sender's line carries the median round trip, a figure a
+    loopback gives well under the bound whatever the machine's load."""
+    port, token = receiver()
+    s = sender(port, token, 4, 30)
+    assert s.returncode == 0, s.stdout + s.stderr
+    assert 0 < parse_tcp_rtt(s.stdout) < 1e6  # under a second
+    assert parse_tcp_bw(s.stdout) > 0
+
+
+@pytest.mark.parametrize("line, rtt", [
+    ("HPCWIZARD-TCPBW bytes=1 seconds=1 gbps=1 sent=1 rtt_us=85.2\n", 85.2),
+    ("HPCWIZARD-TCPBW bytes=1 seconds=1 gbps=1 sent=1\n", None),  # no round trip said
+    ("HPCWIZARD-TCPBW bytes=1 seconds=1 gbps=1 sent=1 rtt_us=nan\n", None),
+    ("HPCWIZARD-TCPBW bytes=1 seconds=1 gbps=1 sent=1 rtt_us=inf\n", None),
+    ("HPCWIZARD-TCPBW bytes=1 seconds=1 gbps=1 sent=1 rtt_us=0\n", None),
+    ("HPCWIZARD-TCPBW bytes=1 seconds=1 gbps=1 sent=1 rtt_us=-3\n", None),
+    ("HPCWIZARD-TCPBW bytes=1 seconds=1 gbps=1 sent=1 rtt_us=5000000.1\n", None),  # > wait
+    ("HPCWIZARD-TCPBW bytes=1 seconds=1 gbps=1 sent=1 rtt_us=5000000\n", 5e6),
+    ("HPCWIZARD-TCPBW bytes=1 seconds=1 gbps=1 sent=1 rtt_us=١٢\n", None),  # other digits
+    ("HPCWIZARD-TCPBW-ERROR the receiver echoed another number\n", None)])
+def test_the_round_trip_parser(line, rtt):
+    assert parse_tcp_rtt(line) == rtt
 
 
 def test_tcp_program_measures_over_loopback():

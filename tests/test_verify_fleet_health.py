@@ -175,6 +175,17 @@ def healthy(gpus: int = 8, links: int = 18, counters: Optional[Dict[str, int]] =
         "", tuple(NvlinkGpu(str(i), links, 0) for i in range(gpus)), True)
 
 
+NO_DRIVER = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+             "Make sure that the latest NVIDIA driver is installed and running.")
+
+
+def unread(node: Optional[NodeHealth] = None) -> NodeHealth:
+    """node as health.sh reads it when nvidia-smi is there and fails: no GPU, no NVLink."""
+    import dataclasses
+
+    return dataclasses.replace(node or healthy(), gpus=(), nvlink=(), gpu_error=NO_DRIVER)
+
+
 def with_links(node: NodeHealth, gpu: int, active: int, inactive: int) -> NodeHealth:
     import dataclasses
 
@@ -202,6 +213,8 @@ CASES = [
     ("two GPUs fewer", healthy(gpus=6), [("n5", "gpus-fewer", "")]),
     ("NVLinks down on one GPU", with_links(healthy(), 3, 16, 2),
      [("n5", "nvlink-fewer", "")]),
+    ("nvidia-smi there and failing: that, not also fewer GPUs and NVLinks", unread(),
+     [("n5", "gpus-unread", "")]),
 ]
 
 
@@ -247,6 +260,35 @@ def test_fewer_than_usual(values, usual, fewer):
     assert fewer_than_usual(values) == (usual, fewer)
 
 
+def test_nvidia_smi_failing_on_every_instance_is_no_pass():
+    """Alike on every instance is not healthy when nothing of the GPUs could be read: each
+    instance is named, and the report says what nvidia-smi said."""
+    from hpcwizard.report_fleet import health_lines
+
+    v = judge(hosts(), {h: unread() for h in hosts()}, {})
+    assert not v.ok
+    assert [(f.host, f.kind) for f in v.findings] == [(h, "gpus-unread") for h in hosts()]
+    lines = health_lines(v)
+    assert lines[0] == f"NODE n1: nvidia-smi: {NO_DRIVER}"
+    assert not any("alike" in line for line in lines)
+
+
+def test_nvidia_smi_failing_on_most_instances_leaves_the_others_judged():
+    """The failing ones' 0 GPUs are no count: the instances read are held to each other."""
+    read = {h: unread() for h in hosts()[:5]}
+    read.update({h: healthy() for h in hosts()[5:]})
+    read["n8"] = healthy(gpus=6)
+    v = judge(hosts(), read, {})
+    assert [(f.host, f.kind) for f in v.findings] == (
+        [(h, "gpus-unread") for h in hosts()[:5]] + [("n8", "gpus-fewer")])
+
+
+def test_no_instance_read_at_all_is_no_pass():
+    v = judge(hosts(3), {}, {h: f"ssh: connect to host {h} port 2222: Connection refused"
+                             for h in hosts(3)})
+    assert not v.ok and v.to_dict()["not_read"] == list(hosts(3))
+
+
 def test_a_fleet_without_gpus_or_nvlink_names_nothing():
     bare = NodeHealth((), False, (), "", (), True)
     v = judge(hosts(3), {h: bare for h in hosts(3)}, {})
@@ -262,11 +304,13 @@ from _verify_fixtures import FakeSystem  # noqa: E402
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory) -> Dict[str, str]:
     """What the program prints on a healthy 8-GPU instance with two ports, and on ones with
-    an uncorrected ECC error, NVLinks down, a port that went down: the real program's lines."""
+    an uncorrected ECC error, NVLinks down, a port that went down, an nvidia-smi without its
+    driver: the real program's lines."""
     base = tmp_path_factory.mktemp("health")
     out = {}
     for name, smi, downed in (("healthy", "h100x8", 0), ("ecc", "h100x8-ecc", 0),
-                              ("links", "h100x8-links-down", 0), ("downed", "h100x8", 4)):
+                              ("links", "h100x8-links-down", 0), ("downed", "h100x8", 4),
+                              ("no-driver", "no-driver", 0)):
         root = ib_tree(base / name, {("mlx5_0", "1"): ZERO,
                                      ("mlx5_1", "1"): {**ZERO, "link_downed": downed}})
         out[name] = run_program(root, smi)
@@ -335,6 +379,25 @@ def test_cli_names_nothing_when_all_are_alike(monkeypatch, capsys, outputs):
     rc, data, _sys = run_cli(monkeypatch, capsys, health)
     assert rc == 0 and data["ok"] is True
     assert data["health"]["findings"] == [] and len(data["health"]["read"]) == 8
+
+
+def test_cli_fails_a_fleet_whose_nvidia_smi_fails_everywhere(monkeypatch, capsys, outputs):
+    """The real program's lines with the stand-in nvidia-smi that has no driver, on all 8."""
+    health = {f"n{i}": (0, outputs["no-driver"]) for i in range(1, 9)}
+    rc, data, _sys = run_cli(monkeypatch, capsys, health)
+    assert rc == 1 and data["ok"] is False and data["pairs_ok"] is True
+    assert {(f["host"], f["kind"]) for f in data["health"]["findings"]} == {
+        (f"n{i}", "gpus-unread") for i in range(1, 9)}
+
+
+def test_cli_fails_a_fleet_whose_health_cannot_be_read_anywhere(monkeypatch, capsys, outputs):
+    health = {f"n{i}": (255, f"root@n{i}: Permission denied (publickey).")
+              for i in range(1, 9)}
+    health["n1"] = (1, "bash: line 1: syntax error")  # this instance: no SSH, still unread
+    rc, data, _sys = run_cli(monkeypatch, capsys, health)
+    assert rc == 1 and data["ok"] is False and data["health"]["ok"] is False
+    assert data["health"]["not_read"] == [f"n{i}" for i in range(1, 9)]
+    assert data["health"]["read"] == {}
 
 
 def test_cli_names_a_host_that_cannot_be_read(monkeypatch, capsys, outputs):

@@ -172,7 +172,10 @@ from hpcwizard.verify import probes as P  # noqa: E402
 from hpcwizard.verify.pairwise import fleet  # noqa: E402
 
 
-def run_fleet(n, slow_sender=None, here="n1", slow_once=None):
+def run_fleet(n, slow_sender=None, here="n1", slow_once=None, rtt=lambda s, r, again: 80.0):
+    """verify --fleet's pairs on n1..nN through the fake System: each sender's figure 9 Gb/s
+    (0.5 from slow_sender, and from the pair slow_once the first time), its round trip
+    rtt(sender, receiver, measured before) µs."""
     f = facts(user=ROOT)
     plan = build_plan(f, make_choices(framework="mpi", network="tcp", mode="manual"),
                       load_catalog())
@@ -185,10 +188,11 @@ def run_fleet(n, slow_sender=None, here="n1", slow_once=None):
 
     def send_answer(p):
         pair = (p.host or here, f"n{p.args[1].rsplit('.', 1)[1]}")  # 10.0.0.N is nN
-        if pair == slow_once and not once:
-            once.append(pair)
-            return 0, FakeSystem.tcp_bw_line(0.5)
-        return 0, FakeSystem.tcp_bw_line(0.5 if (p.host or here) == slow_sender else 9.0)
+        us = rtt(*pair, pair in once)
+        once.append(pair)
+        if pair == slow_once and once.count(pair) == 1:
+            return 0, FakeSystem.tcp_bw_line(0.5, us)
+        return 0, FakeSystem.tcp_bw_line(0.5 if (p.host or here) == slow_sender else 9.0, us)
 
     sys_ = FakeSystem({h: "ok" for h in hs}, {
         P.RouteTo: (0, "10.0.0.2 dev eth0 src 10.0.0.1 uid 0 \\    cache \n"),
@@ -252,3 +256,187 @@ def test_a_link_slow_only_once_is_measured_again_and_cleared():
     assert sends[-2:] in ([("n2", "10.0.0.5"), ("n5", "10.0.0.2")],
                           [("n5", "10.0.0.2"), ("n2", "10.0.0.5")])
     assert v.ok and v.figure("n2", "n5").gbps == 9.0
+
+
+# --- the round trips: the same rules, their own thresholds ----------------------------------
+
+from hpcwizard.verify.pairjudge import (LATENCY_FACTOR, LATENCY_FLOOR_US,  # noqa: E402
+                                        LatencyLink, latency_slow)
+
+
+def latencies(n, rtt):
+    """Every direction of every pair of n hosts at 10 Gb/s, rtt(sender, receiver) µs (None:
+    the direction failed, no figure at all)."""
+    hs = names(n)
+    return hs, [Measured(a, b, None, "refused") if rtt(a, b) is None
+                else Measured(a, b, 10.0, latency_us=rtt(a, b))
+                for a, b in itertools.permutations(hs, 2)]
+
+
+# (case, n, rtt(a, b) µs, slow-latency nodes, slow-latency links)
+LATENCY_CASES = [
+    ("healthy", 8, lambda a, b: 80.0, [], []),
+    ("noise of a loaded host", 8, lambda a, b: 60.0 + 40 * (int(a[1:]) % 3), [], []),
+    ("one pair slow one way", 8,
+     lambda a, b: 900.0 if (a, b) == ("n3", "n5") else 80.0, [], [("n3", "n5")]),
+    ("one pair slow both ways", 8,
+     lambda a, b: 1500.0 if {a, b} == {"n2", "n7"} else 80.0, [], [("n2", "n7")]),
+    ("many times the median but under the floor", 8,
+     lambda a, b: 50.0 + LATENCY_FLOOR_US - 1 if {a, b} == {"n1", "n2"} else 50.0, [], []),
+    ("the floor but not enough times the median (a long path for all)", 8,
+     lambda a, b: 2500.0 if {a, b} == {"n1", "n2"} else 1000.0, [], []),
+    ("just above both", 8,
+     lambda a, b: 301.0 if {a, b} == {"n1", "n2"} else 100.0, [], [("n1", "n2")]),
+    ("just at the factor is not above it", 8,
+     lambda a, b: 300.0 if {a, b} == {"n1", "n2"} else 100.0, [], []),
+    ("one node slow to everyone", 8,
+     lambda a, b: 2400.0 if "n7" in (a, b) else 80.0, ["n7"], []),
+    ("a node and a pair", 8,
+     lambda a, b: 2400.0 if "n8" in (a, b) or {a, b} == {"n2", "n3"} else 80.0,
+     ["n8"], [("n2", "n3")]),
+    ("two slow links of one node are links, not the node", 8,
+     lambda a, b: 900.0 if {a, b} in ({"n1", "n2"}, {"n1", "n3"}) else 80.0,
+     [], [("n1", "n2"), ("n1", "n3")]),
+    ("a failed pair has no round trip to judge", 8,
+     lambda a, b: None if {a, b} == {"n1", "n6"} else 80.0, [], []),
+]
+
+
+@pytest.mark.parametrize("case,n,rtt,nodes,slow", LATENCY_CASES,
+                         ids=[c[0] for c in LATENCY_CASES])
+def test_the_round_trips_name_the_node_or_the_link(case, n, rtt, nodes, slow):
+    hs, ms = latencies(n, rtt)
+    v = judge(hs, ms)
+    assert [x.host for x in v.latency_slow_nodes] == nodes
+    assert sorted((x.a, x.b) for x in v.latency_slow_links) == slow
+    # the bandwidth is even: only a failed pair is named by it
+    assert v.slow_nodes == () and v.slow_links == ()
+    assert v.ok == (not nodes and not slow and not v.failed_links)
+
+
+def test_the_round_trips_of_a_node_slow_by_its_throughput_are_the_node_s():
+    """A node shaped to a low rate queues round trips behind its bytes (tbf): some of its
+    links' round trips are slow, and they are not named one by one beside the node."""
+    hs = names(8)
+    ms = [Measured(a, b, 1.0 if "n7" in (a, b) else 10.0,
+                   latency_us=5000.0 if {a, b} in ({"n3", "n7"}, {"n7", "n8"}) else 40.0)
+          for a, b in itertools.permutations(hs, 2)]
+    v = judge(hs, ms)
+    assert [n.host for n in v.slow_nodes] == ["n7"]
+    assert v.latency_slow_links == () and v.latency_slow_nodes == ()
+    assert {frozenset(d) for d in v.latency_slow} == {frozenset(("n3", "n7")),
+                                                      frozenset(("n7", "n8"))}
+
+
+@pytest.mark.parametrize("us,median,slow", [
+    (301.0, 100.0, True), (300.0, 100.0, False), (250.0, 50.0, True), (249.0, 50.0, False),
+    (2999.0, 1000.0, False), (3001.0, 1000.0, True)])
+def test_slow_is_both_times_the_median_and_the_floor_above_it(us, median, slow):
+    assert (LATENCY_FACTOR, LATENCY_FLOOR_US) == (3.0, 200.0)  # the table's thresholds
+    assert latency_slow(us, median) is slow
+
+
+def test_a_slow_round_trip_link_carries_its_slower_direction_and_times_the_median():
+    hs, ms = latencies(4, lambda a, b: 2000.0 if (a, b) == ("n4", "n2") else 100.0)
+    v = judge(hs, ms)
+    assert v.median_latency_us == 100.0
+    assert v.latency_slow_links == (LatencyLink("n2", "n4", 2000.0, 20.0),)
+    assert v.latency_slow == (("n4", "n2"),)
+    assert v.round_trip("n4", "n2") == 2000.0 and v.round_trip("n2", "n4") == 100.0
+    node_hs, node_ms = latencies(8, lambda a, b: 2400.0 if b == "n6" else 80.0)
+    node, = judge(node_hs, node_ms).latency_slow_nodes
+    assert (node.bad, node.links, node.latency_us) == (7, 7, 2400.0)
+
+
+def test_a_round_trip_measured_again_is_judged_by_its_lower_figure():
+    hs, ms = latencies(8, lambda a, b: 1500.0 if {a, b} == {"n2", "n6"} else 80.0)
+    assert [(x.a, x.b) for x in judge(hs, ms).latency_slow_links] == [("n2", "n6")]
+    again = [Measured("n2", "n6", 10.0, round=1, latency_us=90.0),
+             Measured("n6", "n2", 10.0, round=1, latency_us=85.0)]
+    v = judge(hs, ms + again)
+    assert v.ok and v.round_trip("n2", "n6") == 90.0
+
+
+def test_a_round_of_slow_round_trips_is_held_to_its_own_median():
+    """A busy moment (another job's burst) slows every round trip of its round."""
+    hs = names(8)
+    ms = [Measured(a, b, 10.0, round=i, latency_us=2000.0 if i == 3 else 80.0)
+          for i, r in enumerate(rounds(hs)) for p in r for a, b in (p, p[::-1])]
+    assert judge(hs, ms).ok
+    flat = [Measured(m.sender, m.receiver, m.gbps, latency_us=m.latency_us) for m in ms]
+    assert not judge(hs, flat).ok  # one round of figures: the fleet's median
+
+
+def test_the_json_keeps_its_keys_and_adds_the_round_trips():
+    hs, ms = latencies(8, lambda a, b: 900.0 if {a, b} == {"n3", "n5"} else 80.0)
+    data = json.loads(json.dumps(judge(hs, ms).to_dict()))
+    # the keys --json consumers read before the round trips came, as they were
+    assert {"hosts", "measured", "median_gbps", "line_gbps", "slow_nodes", "slow_links",
+            "failed_links", "below_line", "slow", "seconds", "ok", "slow_fraction"} <= set(data)
+    assert set(data["measured"][0]) == {"sender", "receiver", "gbps", "error", "round",
+                                        "latency_us"}
+    assert data["median_latency_us"] == 80.0 and data["ok"] is False
+    assert data["latency_slow_links"] == [{"a": "n3", "b": "n5", "latency_us": 900.0,
+                                           "times": 11.2}]
+    assert data["latency_slow_nodes"] == [] and data["slow_links"] == []
+    assert (data["latency_factor"], data["latency_floor_us"]) == (3.0, 200.0)
+
+
+def test_the_round_trip_matrix_and_its_lines():
+    hs, ms = latencies(8, lambda a, b: 2400.0 if "n7" in (a, b) else 85.0)
+    text = format_fleet(judge(hs, ms, seconds=10.0))
+    assert text.index("TCP Gb/s, row → column") < text.index("TCP round trip µs, row → column")
+    assert "2400!" in text and " 85 " in text
+    assert "HIGH LATENCY NODE n7: 7 of its 7 links slow (2400 µs)" in text
+    assert "Round trips: the fleet's median 85 µs; slow above 3 × it and 200 µs more" in text
+    assert "No slow node or link" not in text
+    rows = [line for line in text.splitlines() if line[:1] in "┏┃┡│└"]
+    assert len(rows) == 2 * (8 + 4)  # two tables of 8 rows, each with 4 rules
+    assert max(map(len, rows)) <= 80  # 8 instances' matrices fit a terminal
+    # no round trip at all (a fleet of failed pairs): no second matrix
+    hs, ms = latencies(3, lambda a, b: None)
+    assert "round trip" not in format_fleet(judge(hs, ms))
+
+
+def test_the_runner_names_a_node_with_slow_round_trips():
+    v, sys_ = run_fleet(6, rtt=lambda s, r, again: 2400.0 if "n4" in (s, r) else 80.0)
+    assert [n.host for n in v.latency_slow_nodes] == ["n4"] and not v.ok
+    assert v.slow_nodes == () and v.latency_slow_links == ()
+    assert {m.latency_us for m in v.measured} == {80.0, 2400.0}
+    sends = [p for p in sys_.asked(P.TcpBwAt) if "--send" in p.args]
+    assert len(sends) == 30  # the node's links are the node: not measured again
+
+
+def test_a_link_with_slow_round_trips_is_measured_again():
+    slow = {("n2", "n5"), ("n5", "n2")}
+    once = run_fleet(6, rtt=lambda s, r, again: 1500.0 if (s, r) in slow and not again
+                     else 80.0)
+    always = run_fleet(6, rtt=lambda s, r, again: 1500.0 if (s, r) in slow else 80.0)
+    for v, sys_ in (once, always):
+        sends = [(p.host, p.args[1]) for p in sys_.asked(P.TcpBwAt) if "--send" in p.args]
+        assert len(sends) == 32  # both ways of n2 ↔ n5 once more
+        assert sorted(sends[-2:]) == [("n2", "10.0.0.5"), ("n5", "10.0.0.2")]
+        # one way at a time: the other way's bytes are not on the path
+        assert [(m.round, m.sender) for m in v.measured if m.round >= 5] in (
+            [(5, "n2"), (6, "n5")], [(5, "n5"), (6, "n2")])
+    assert once[0].ok and once[0].round_trip("n2", "n5") == 80.0
+    assert [(x.a, x.b) for x in always[0].latency_slow_links] == [("n2", "n5")]
+
+
+def test_what_is_measured_again_and_how():
+    from hpcwizard.verify.pairwise import again
+
+    hs = names(8)
+
+    def rtt(a, b):
+        if "n8" in (a, b):
+            return 2400.0  # a node: its links are not measured again
+        return 900.0 if {a, b} in ({"n1", "n2"}, {"n3", "n4"}, {"n2", "n3"}) else 80.0
+
+    ms = [Measured(a, b, 1.0 if {a, b} == {"n5", "n6"} else 10.0, latency_us=rtt(a, b))
+          for a, b in itertools.permutations(hs, 2)]
+    rounds_ = again(judge(hs, ms))
+    # the slow link both ways at once; the round trips' links one way a round, disjoint
+    assert rounds_[0] == [("n5", "n6"), ("n6", "n5")]
+    assert rounds_[1:] == [[("n1", "n2"), ("n3", "n4")], [("n2", "n1"), ("n4", "n3")],
+                           [("n2", "n3")], [("n3", "n2")]]

@@ -1,6 +1,6 @@
-"""verify --fleet's verdict as text: the pair matrix (a rich Table: rows send, columns
-receive, Gb/s; a slow figure marked), then one line per slow node, slow link and failed
-link, and the fleet's median; before them each node's health, one line per node named (with
+"""verify --fleet's verdict as text: the pair matrices (rich Tables: rows send, columns
+receive; Gb/s, then round trips in µs; a slow figure marked), then one line per slow node,
+slow link and failed link, and the fleet's medians; before them each node's health, one line per node named (with
 what it means and what to do under it), or one line for the instances alike. `--json` gives
 FleetVerdict.to_dict() instead."""
 from __future__ import annotations
@@ -16,7 +16,8 @@ from .i18n import _
 from .safe_text import visible
 from .verify.fleetcheck import FleetVerdict
 from .verify.healthjudge import HealthVerdict, summary
-from .verify.pairjudge import SLOW_FRACTION, Link, Verdict
+from .verify.pairjudge import (LATENCY_FACTOR, LATENCY_FLOOR_US, SLOW_FRACTION, Link,
+                                Verdict)
 
 
 def matrix(v: Verdict) -> Table:
@@ -43,6 +44,30 @@ def matrix(v: Verdict) -> Table:
     return t
 
 
+def latency_matrix(v: Verdict) -> Table:
+    """The round trips as the bandwidth: µs, whole numbers (a cell no wider than a Gb/s one
+    up to 10 ms); '!' a slow one, '✗' a direction with no figure."""
+    t = Table(title=_("TCP round trip µs, row → column"))
+    t.add_column("", style="bold", no_wrap=True)
+    for h in v.hosts:
+        t.add_column(h, justify="right", no_wrap=True)
+    slow = set(v.latency_slow)
+    for s in v.hosts:
+        cells = []
+        for r in v.hosts:
+            us = v.round_trip(s, r)
+            if s == r:
+                cells.append("—")
+            elif us is None:
+                cells.append("·" if v.figure(s, r) is None else "[bold red]✗[/]")
+            elif (s, r) in slow:
+                cells.append(f"[bold red]{us:.0f}![/]")
+            else:
+                cells.append(f"{us:.0f}")
+        t.add_row(s, *cells)
+    return t
+
+
 def _link(x: Link) -> str:
     return f"{x.a} ↔ {x.b}"
 
@@ -54,6 +79,10 @@ def verdict_lines(v: Verdict) -> List[str]:
     out.append(_("{n} instances, {pairs} pairs in {seconds:.0f} s; the fleet's median "
                  "{median} Gb/s").format(n=len(v.hosts), pairs=pairs, seconds=v.seconds,
                                          median=median))
+    if v.median_latency_us is not None:
+        out.append(_("Round trips: the fleet's median {us:.0f} µs; slow above {factor:g} × "
+                     "it and {floor:.0f} µs more").format(
+            us=v.median_latency_us, factor=LATENCY_FACTOR, floor=LATENCY_FLOOR_US))
     for n in v.slow_nodes:
         out.append(_("SLOW NODE {host}: {bad} of its {links} links slow or failed "
                      "({gbps} Gb/s): its NIC, cable or switch port; ask the platform to "
@@ -65,6 +94,16 @@ def verdict_lines(v: Verdict) -> List[str]:
             pair=_link(x), gbps=x.gbps, percent=x.percent))
     for x in v.failed_links:
         out.append(_("FAILED {pair}: {error}").format(pair=_link(x), error=visible(x.error)))
+    for n in v.latency_slow_nodes:
+        out.append(_("HIGH LATENCY NODE {host}: {bad} of its {links} links slow "
+                     "({us:.0f} µs): a busy or throttled CPU, its NIC's interrupt settings, "
+                     "or a longer path (another rack or zone)").format(
+            host=n.host, bad=n.bad, links=n.links, us=n.latency_us))
+    for x in v.latency_slow_links:
+        out.append(_("HIGH LATENCY {pair}: {us:.0f} µs round trip, {times:g} × the median: "
+                     "the path between these two is longer or queued (another switch, a "
+                     "congested port)").format(pair=f"{x.a} ↔ {x.b}", us=x.latency_us,
+                                               times=x.times))
     if v.below_line:
         out.append(_("The fleet's median is below half the line rate ({line:g} Gb/s): every "
                      "link is slow, or the CPU bounds one TCP stream").format(
@@ -82,6 +121,8 @@ def format_fleet(v: Verdict, color: bool = False) -> str:
     console = Console(file=buf, width=width, force_terminal=color, no_color=not color,
                       highlight=False, emoji=False)
     console.print(matrix(v))
+    if v.median_latency_us is not None:
+        console.print(latency_matrix(v))
     return buf.getvalue() + "\n".join(verdict_lines(v)) + "\n"
 
 

@@ -3,7 +3,8 @@ finding naming its host and what on it (a GPU, a port), what it means and what t
 
 Absolute rules, whatever the other instances say: a GPU with uncorrected ECC errors, pages
 waiting to be retired, rows waiting to be remapped or a failed remap; an InfiniBand port
-whose link went down. Relative ones, the instance against the fleet (the same image on the
+whose link went down; an nvidia-smi that is there and cannot read its GPUs (on every
+instance alike too: a fleet whose GPUs nobody could read is not a healthy one). Relative ones, the instance against the fleet (the same image on the
 same hardware): an error counter of its ports far above the fleet's median; fewer GPUs or
 fewer active NVLinks than the others have. An instance whose health could not be read is
 named as not read."""
@@ -19,7 +20,7 @@ from .nodehealth import IB_COUNTERS, GpuHealth, NodeHealth
 
 FAR = 10  # a counter above this many times the fleet's median is far above it
 FLOOR = 100  # ... and above the median by at least this much (a median of 0 is common)
-KINDS = ("not-read", "ecc-uncorrected", "retired-pending", "remap-pending", "remap-failed",
+KINDS = ("not-read", "gpus-unread", "ecc-uncorrected", "retired-pending", "remap-pending", "remap-failed",
          "link-downed", "ib-errors", "gpus-fewer", "nvlink-fewer")
 
 
@@ -83,6 +84,13 @@ def judge(hosts: Tuple[str, ...], read: Dict[str, NodeHealth], not_read: Dict[st
 
 def _absolute(host: str, node: NodeHealth) -> List[Finding]:
     out = [f for g in node.gpus for f in _gpu(host, g)]
+    if node.gpu_error:
+        out.append(Finding(host, "gpus-unread", "", _("nvidia-smi: {error}").format(
+            error=node.gpu_error), _(
+            "nvidia-smi is on {host} but could not read its GPUs: the NVIDIA driver is not "
+            "loaded or not the tool's version, a GPU fell off the bus, or the container was "
+            "started without its GPUs. Nothing is known of their health; run nvidia-smi there, "
+            "or ask the platform.").format(host=host)))
     for p in node.ports:
         n = p.counters.get("link_downed", 0)
         if n > 0:
@@ -161,14 +169,14 @@ def fewer_than_usual(values: Dict[str, int]) -> Tuple[int, Dict[str, int]]:
 
 
 def _gpus_fewer(hosts: Tuple[str, ...], read: Dict[str, NodeHealth]) -> List[Finding]:
-    usual, fewer = fewer_than_usual({h: len(read[h].gpus) for h in hosts if h in read})
+    """Among the hosts whose GPUs were read (one whose nvidia-smi failed is named as such,
+    and its 0 would be no count to hold the others to)."""
+    usual, fewer = fewer_than_usual({h: len(read[h].gpus) for h in hosts
+                                     if h in read and not read[h].gpu_error})
     out = []
     for host, n in fewer.items():
         seen = _("{n} GPUs, the others {usual}").format(n=n, usual=usual)
-        node = read[host]
-        if node.gpu_error:
-            seen += " " + _("(nvidia-smi: {error})").format(error=node.gpu_error)
-        elif not node.smi:
+        if not read[host].smi:
             seen += " " + _("(no nvidia-smi)")
         out.append(Finding(host, "gpus-fewer", "", seen, _(
             "GPUs missing from {host}: one fell off the bus (XID 79), its driver is not "
@@ -179,7 +187,7 @@ def _gpus_fewer(hosts: Tuple[str, ...], read: Dict[str, NodeHealth]) -> List[Fin
 
 def _nvlinks_fewer(hosts: Tuple[str, ...], read: Dict[str, NodeHealth],
                    named: Set[str]) -> List[Finding]:
-    have = {h: read[h].nvlinks_active for h in hosts if h in read}
+    have = {h: read[h].nvlinks_active for h in hosts if h in read and not read[h].gpu_error}
     if not any(read[h].nvlink for h in have):
         return []  # no instance reports NVLink: nothing to compare
     usual, fewer = fewer_than_usual(have)

@@ -1,13 +1,14 @@
-"""verify --fleet: TCP throughput between every pair the rounds name (rounds.py), each pair
-measured between its two instances themselves: the receiver started on one over SSH, the
-sender on the other, both directions at once. The hosts, the user and the port are the
+"""verify --fleet: TCP throughput and round trips between every pair the rounds name
+(rounds.py), each pair measured between its two instances themselves: the receiver started
+on one over SSH, the sender on the other, both directions at once; the sender times small
+round trips on its connection before it sends its bytes. The hosts, the user and the port are the
 job's, as verify and the launch script find them. Judged by pairjudge.py."""
 from __future__ import annotations
 
 import ipaddress
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from ..facts import Facts
 from ..hosts import Hosts
@@ -16,7 +17,7 @@ from ..plan import Plan
 from .bandwidth import _TOKEN, TCP_BW, TCP_FAST_MBPS, _address, link_to
 from .context import Ctx, gather
 from .pairjudge import Measured, Verdict, judge
-from .parse import digits, parse_tcp_bw, parse_tcp_listen
+from .parse import digits, parse_tcp_bw, parse_tcp_listen, parse_tcp_rtt
 from .probes import TcpBwAt
 from .rounds import Round, matchings, rounds
 from .shipped import program
@@ -44,20 +45,37 @@ def measure(ctx: Ctx, max_workers: int = 16, seed: Optional[int] = None) -> Verd
     line = _line_gbps(ctx, here, names)
     first = rounds(names, seed)
     with ThreadPoolExecutor(max_workers=max(1, max_workers)) as pool:
-        measured = _measure(ctx, pool, first, here, 0)
-        # a pair can be slow by the moment it was measured (a load that came and went):
-        # the slow and failed links are measured once more, in rounds of their own
-        seen = judge(names, measured, line)
-        again = matchings([(x.a, x.b) for x in (*seen.slow_links, *seen.failed_links)])
-        measured += _measure(ctx, pool, again[:RETRY_ROUNDS], here, len(first))
+        measured = _measure(ctx, pool, [_both_ways(r) for r in first], here, 0)
+        measured += _measure(ctx, pool, again(judge(names, measured, line)), here, len(first))
     return judge(names, measured, line, time.monotonic() - t0)
 
 
-def _measure(ctx: Ctx, pool: ThreadPoolExecutor, rounds_: Sequence[Round], here: str,
-             first: int) -> List[Measured]:
+Direction = Tuple[str, str]
+
+
+def again(seen: Verdict) -> List[List[Direction]]:
+    """The rounds that measure once more what a moment may have made slow (a load that came
+    and went): the slow and failed links, both ways at once (at most RETRY_ROUNDS); then the
+    links slow by their round trips alone, one way at a time (at most RETRY_ROUNDS pairs of
+    rounds): timed while the other way's bytes queued on the path, a round trip is slow by
+    the test's own doing. A node's links are not among the links the verdict names: they are
+    the node's, not measured again."""
+    slow = matchings([(x.a, x.b) for x in (*seen.slow_links, *seen.failed_links)])
+    done = {frozenset(p) for r in slow for p in r}  # named by their bytes already
+    late = matchings([(x.a, x.b) for x in seen.latency_slow_links
+                      if frozenset((x.a, x.b)) not in done])
+    return ([_both_ways(r) for r in slow[:RETRY_ROUNDS]]
+            + [list(way) for r in late[:RETRY_ROUNDS] for way in (r, [p[::-1] for p in r])])
+
+
+def _both_ways(pairs: Round) -> List[Direction]:
+    return [d for a, b in pairs for d in ((a, b), (b, a))]
+
+
+def _measure(ctx: Ctx, pool: ThreadPoolExecutor, rounds_: Sequence[Sequence[Direction]],
+             here: str, first: int) -> List[Measured]:
     out: List[Measured] = []
-    for i, pairs in enumerate(rounds_, first):
-        directions = [d for a, b in pairs for d in ((a, b), (b, a))]
+    for i, directions in enumerate(rounds_, first):
         out += gather(ctx, [pool.submit(direction, ctx, s, r, here, i)
                             for s, r in directions])
     return out
@@ -77,7 +95,8 @@ def _line_gbps(ctx: Ctx, here: str, names: Sequence[str]) -> Optional[float]:
 
 def direction(ctx: Ctx, sender: str, receiver: str, here: str, round: int = 0) -> Measured:
     """sender → receiver: the receiver's program listens on receiver's address (as resolved
-    here: the instances share their names), then the sender sends to it for SECONDS."""
+    here: the instances share their names), then the sender times its round trips to it and
+    sends to it for SECONDS."""
     prog = program(TCP_BW)
     try:
         address = str(ipaddress.ip_address(ctx.addresses.get(receiver, "")))
@@ -102,4 +121,4 @@ def direction(ctx: Ctx, sender: str, receiver: str, here: str, round: int = 0) -
     gbps = parse_tcp_bw(s.out) if s.ok else None
     if gbps is None or gbps <= 0:
         return Measured(sender, receiver, None, s.last_line(), round)
-    return Measured(sender, receiver, gbps, round=round)
+    return Measured(sender, receiver, gbps, round=round, latency_us=parse_tcp_rtt(s.out))

@@ -383,7 +383,10 @@ def parse_ib_write_bw(text: str) -> "float | None":
 
 def finite(value: "float | str | None") -> "float | None":
     """A figure as a float, None unless it is a finite number: perftest prints 'nan' for a run
-    that took no time, and a nan or inf figure has no share of a line rate."""
+    that took no time, and a nan or inf figure has no share of a line rate. Digits of other
+    scripts ('١٢', which float() reads) are no figure: the programs print ASCII."""
+    if isinstance(value, str) and not value.isascii():
+        return None
     try:
         figure = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -405,6 +408,17 @@ def parse_tcp_bw(text: str) -> "float | None":
     """The TCP test's sender: 'HPCWIZARD-TCPBW bytes=.. seconds=.. gbps=G' -> G (Gb/s)."""
     m = re.search(r"HPCWIZARD-TCPBW (.*)", text)
     return finite(_fields(m.group(1)).get("gbps")) if m else None
+
+
+RTT_MAX_US = 5e6  # tcp_bw.py's PING_WAIT: a round trip slower did not come back
+
+
+def parse_tcp_rtt(text: str) -> "float | None":
+    """The TCP test's sender: '... rtt_us=R' -> R, the lowest round trip in µs (None: none,
+    or not a finite number in 0 < R <= RTT_MAX_US)."""
+    m = re.search(r"HPCWIZARD-TCPBW (.*)", text)
+    rtt = finite(_fields(m.group(1)).get("rtt_us")) if m else None
+    return rtt if rtt is not None and 0 < rtt <= RTT_MAX_US else None
 
 
 def parse_busbw(text: str) -> Dict[str, str]:

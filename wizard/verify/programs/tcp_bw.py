@@ -2,12 +2,23 @@
 #   --receive ADDRESS              listen on a free port of ADDRESS (the address the sender
 #                                  connects to), print it with a one-time token, go to the
 #                                  background (the ssh that started it returns), take one
-#                                  sender's bytes, answer with how many arrived in how long
+#                                  sender's pings and bytes, answer with how many arrived in
+#                                  how long
 #   --send ADDRESS PORT MIB SECONDS
-#                                  send until MIB MiB are sent or SECONDS have passed, whichever
+#                                  time up to PINGS small round trips (the lowest, in µs; as
+#                                  many as PING_TIME allows), then send
+#                                  until MIB MiB are sent or SECONDS have passed, whichever
 #                                  comes first, print the figure the receiver measured; the
 #                                  token comes in HPCWIZARD_TCPBW_TOKEN (a command line is
 #                                  readable by every user, the environment by its owner only)
+# On the wire: the sender's token and HEAD; the receiver's READY (or REFUSED); up to PINGS
+# PINGs numbered from 1, each echoed, and a PING of 0 that ends them (not echoed); the bytes;
+# the receiver's REPLY. Both ends are this one file,
+# sent on stdin by the same verify run: they never differ.
+# The pings go before the bytes, on the same connection (TCP_NODELAY: no Nagle wait): after
+# them the connection is half-closed, and during them the queue the bytes fill would be timed.
+# The lowest is the path's round trip: a busy CPU on either end delays some (another pair's
+# bytes on the same cores), and nothing makes one faster than the path.
 # Bound to the one address, not every one: a scan of the others never reaches it. A
 # connection that does not send the token within HEADER_WAIT is closed and waited past, until
 # WAIT: a port scan or a load balancer's probe cannot take the slot.
@@ -21,9 +32,16 @@ CHUNK = 1 << 20
 WAIT = 60.0  # the receiver gives up on its sender after this long
 HEADER_WAIT = 5.0  # a connection's token and sizes arrive within this, or it is not the sender
 REPLY_WAIT = 15.0  # past the time bound: the receiver's answer arrives within this
-HEAD = struct.Struct("!Qd")  # after the token: the most bytes, the most seconds
+HEAD = struct.Struct("!QdI")  # after the token: the most bytes, the most seconds, pings
 REPLY = struct.Struct("!Qd")  # bytes that arrived, the seconds they took
+READY = REPLY.pack(0, 0.0)  # the receiver's answer to sizes in range: the pings may come
 REFUSED = REPLY.pack(0, -1.0)  # the receiver's answer to sizes out of range
+PING = struct.Struct("!Q")  # a round trip's number, echoed as it came
+END_PINGS = PING.pack(0)
+PINGS = 32  # round trips the sender times at most
+MAX_PINGS = 1000
+PING_TIME = 0.5  # no round trip starts after this: a path queued for seconds gives a few
+PING_WAIT = 5.0  # each round trip comes back within this, or the test ends
 MAX_MIB = 1 << 20  # 1 TiB: more than any time bound carries
 TOKEN_ENV = "HPCWIZARD_TCPBW_TOKEN"
 
@@ -100,10 +118,15 @@ def receive(address):
                 head = exact(conn, len(token) + HEAD.size, time.monotonic() + HEADER_WAIT)
                 if not hmac.compare_digest(head[:len(token)], token):
                     continue
-                size, seconds = HEAD.unpack(head[len(token):])
+                size, seconds, pings = HEAD.unpack(head[len(token):])
                 conn.settimeout(REPLY_WAIT)
-                if not (in_range(size, 0, MAX_MIB << 20) and in_range(seconds, 0, WAIT)):
+                if not (in_range(size, 0, MAX_MIB << 20) and in_range(seconds, 0, WAIT)
+                        and in_range(pings, 0, MAX_PINGS)):
                     conn.sendall(REFUSED)
+                    return
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                conn.sendall(READY)
+                if not echo(conn, pings):
                     return
                 got, took = measure(conn, size, seconds, buf)
                 conn.settimeout(REPLY_WAIT)  # measure left its last, short time-out
@@ -134,7 +157,20 @@ def send_for(address, port, token, mib, seconds):
     size = mib << 20
     chunk = memoryview(bytes(CHUNK))
     with socket.create_connection((address, port), timeout=HEADER_WAIT) as conn:
-        conn.sendall(token.encode() + HEAD.pack(size, seconds))
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn.sendall(token.encode() + HEAD.pack(size, seconds, PINGS))
+        ready = exact(conn, REPLY.size, time.monotonic() + REPLY_WAIT)
+        if ready == REFUSED:
+            print(f"HPCWIZARD-TCPBW-ERROR the receiver refused {mib} MiB in {seconds:g} s",
+                  flush=True)
+            return 1
+        if ready != READY:
+            print("HPCWIZARD-TCPBW-ERROR the receiver's first answer is not READY", flush=True)
+            return 1
+        rtt = round_trips(conn, PINGS)
+        if rtt is None:
+            print("HPCWIZARD-TCPBW-ERROR the receiver echoed another number", flush=True)
+            return 1
         sent, end = 0, time.monotonic() + seconds
         while sent < size:
             left = end - time.monotonic()
@@ -147,19 +183,45 @@ def send_for(address, port, token, mib, seconds):
                 break
         conn.shutdown(socket.SHUT_WR)
         answer = exact(conn, REPLY.size, time.monotonic() + REPLY_WAIT)
-    if answer == REFUSED:
-        print(f"HPCWIZARD-TCPBW-ERROR the receiver refused {mib} MiB in {seconds:g} s",
-              flush=True)
-        return 1
     got, took = REPLY.unpack(answer)
     if not (got <= sent and in_range(took, 0, WAIT + REPLY_WAIT)):
         print(f"HPCWIZARD-TCPBW-ERROR the receiver's answer is out of range: {got} bytes of "
               f"{sent} sent in {took!r} s", flush=True)
         return 1
     gbps = got * 8 / took / 1e9 if took > 0 else 0.0
-    print(f"HPCWIZARD-TCPBW bytes={got} seconds={took:.6f} gbps={gbps:.3f} sent={sent}",
-          flush=True)
+    print(f"HPCWIZARD-TCPBW bytes={got} seconds={took:.6f} gbps={gbps:.3f} sent={sent} "
+          f"rtt_us={rtt * 1e6:.1f}", flush=True)
     return 0
+
+
+def echo(conn, most):
+    """The receiver's half of the round trips: each PING sent back as it came, until the 0
+    that ends them. False when more than most come, or they outlast the sender's bounds."""
+    deadline = time.monotonic() + PING_TIME + PING_WAIT
+    for _ in range(most):
+        ping = exact(conn, PING.size, deadline)
+        if ping == END_PINGS:
+            return True
+        conn.sendall(ping)
+    return exact(conn, PING.size, deadline) == END_PINGS
+
+
+def round_trips(conn, most):
+    """The lowest of the round trips timed, in seconds (this end's clock alone: nothing the
+    other end says is a time): up to most, none started after PING_TIME; then the 0 that
+    ends them. None when an echo is not the number sent."""
+    times, stop = [], time.monotonic() + PING_TIME
+    for i in range(1, most + 1):
+        if times and time.monotonic() > stop:
+            break
+        ping = PING.pack(i)
+        t0 = time.perf_counter()
+        conn.sendall(ping)
+        if exact(conn, PING.size, time.monotonic() + PING_WAIT) != ping:
+            return None
+        times.append(time.perf_counter() - t0)
+    conn.sendall(END_PINGS)
+    return min(times)
 
 
 def main(argv):
