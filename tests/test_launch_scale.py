@@ -37,10 +37,11 @@ def _calls(fk) -> list:
 
 
 
-def _worker_waiting(tmp_path, env):
-    """A worker started, once it says it waits for the first instance: the process and the
-    lines it wrote so far."""
-    proc = subprocess.Popen(["bash", str(_script(tmp_path)), "--", "hostname"], env=env,
+def _worker_waiting(tmp_path, env, script=None):
+    """A worker started (the launch script, or `script`), once it says it waits for the
+    first instance: the process and the lines it wrote so far."""
+    script = script or _script(tmp_path)
+    proc = subprocess.Popen(["bash", str(script), "--", "hostname"], env=env,
                             stderr=subprocess.PIPE, text=True)
     seen = []
     for line in proc.stderr:
@@ -502,17 +503,6 @@ def _worker_with_daemon(tmp_path, fk, root):
         text.replace("if hw_rt_mpi_daemon; then", f"if hw_rt_mpi_daemon {root}; then"))
 
 
-def _start_worker(tmp_path, env):
-    proc = subprocess.Popen(["bash", str(tmp_path / "launch.sh"), "--", "hostname"], env=env,
-                            stderr=subprocess.PIPE, text=True)
-    seen = []
-    for line in proc.stderr:
-        seen.append(line)
-        if "waiting for node01 to run the job" in line:
-            break
-    return proc, seen
-
-
 def test_a_worker_asks_only_once_the_mpi_daemon_here_has_ended(tmp_path):
     """This run's record is there from the start, but while the daemon runs (6 probes of
     the first instance's port, twice the period) nobody asks for it; once the daemon has
@@ -523,7 +513,7 @@ def test_a_worker_asks_only_once_the_mpi_daemon_here_has_ended(tmp_path):
     root = _proc_tree(tmp_path, {"4242": ("orted", True)})
     _worker_with_daemon(tmp_path, fk, root)
     env = {**fk["env"], "HOSTS": "node01,node02", "FIRST_GONE_AFTER": "3"}
-    proc, seen = _start_worker(tmp_path, env)
+    proc, seen = _worker_waiting(tmp_path, env, tmp_path / "launch.sh")
     try:
         record.write_text(f"6 {_us(time.time())}\n")
         _wait_until(lambda: sum(1 for c in _calls(fk) if c == "probe node01") >= 7)
@@ -552,7 +542,7 @@ def test_a_worker_whose_daemon_ended_without_a_record_ends_by_itself(tmp_path, f
     _worker_with_daemon(tmp_path, fk, root)
     env = {**fk["env"], "HOSTS": "node01,node02", "FIRST_GONE_AFTER": "3",
            "WORKER_TIMEOUT": "120"}
-    proc, seen = _start_worker(tmp_path, env)
+    proc, seen = _worker_waiting(tmp_path, env, tmp_path / "launch.sh")
     try:
         # a probe from the loop (the first is the wait before it): the daemon was looked at
         _wait_until(lambda: sum(1 for c in _calls(fk) if c == "probe node01") >= 2)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import io
 import shutil
-from typing import List
+from typing import Callable, List
 
 from rich.console import Console
 from rich.table import Table
@@ -20,52 +20,43 @@ from .verify.pairjudge import (LATENCY_FACTOR, LATENCY_FLOOR_US, SLOW_FRACTION, 
                                 Verdict)
 
 
-def matrix(v: Verdict) -> Table:
-    t = Table(title=_("TCP Gb/s, row → column"))
+def _table(title: str, v: Verdict, cell: Callable[[str, str], str]) -> Table:
+    """A matrix of the fleet's hosts: rows send, columns receive, `cell` each figure."""
+    t = Table(title=title)
     t.add_column("", style="bold", no_wrap=True)
     for h in v.hosts:
         t.add_column(h, justify="right", no_wrap=True)
-    slow = set(v.slow)
     for s in v.hosts:
-        cells = []
-        for r in v.hosts:
-            m = v.figure(s, r)
-            if s == r:
-                cells.append("—")
-            elif m is None:
-                cells.append("·")  # not in the rounds (a large fleet's sample)
-            elif m.gbps is None:
-                cells.append("[bold red]✗[/]")
-            elif (s, r) in slow:
-                cells.append(f"[bold red]{m.gbps:.2f}![/]")
-            else:
-                cells.append(f"{m.gbps:.2f}")
-        t.add_row(s, *cells)
+        t.add_row(s, *("—" if s == r else cell(s, r) for r in v.hosts))
     return t
+
+
+def matrix(v: Verdict) -> Table:
+    """Gb/s; '!' a slow one, '✗' a direction with no figure, '·' a pair not measured (a
+    large fleet's sample)."""
+    slow = set(v.slow)
+
+    def cell(s: str, r: str) -> str:
+        m = v.figure(s, r)
+        if m is None:
+            return "·"
+        if m.gbps is None:
+            return "[bold red]✗[/]"
+        return f"[bold red]{m.gbps:.2f}![/]" if (s, r) in slow else f"{m.gbps:.2f}"
+    return _table(_("TCP Gb/s, row → column"), v, cell)
 
 
 def latency_matrix(v: Verdict) -> Table:
     """The round trips as the bandwidth: µs, whole numbers (a cell no wider than a Gb/s one
     up to 10 ms); '!' a slow one, '✗' a direction with no figure."""
-    t = Table(title=_("TCP round trip µs, row → column"))
-    t.add_column("", style="bold", no_wrap=True)
-    for h in v.hosts:
-        t.add_column(h, justify="right", no_wrap=True)
     slow = set(v.latency_slow)
-    for s in v.hosts:
-        cells = []
-        for r in v.hosts:
-            us = v.round_trip(s, r)
-            if s == r:
-                cells.append("—")
-            elif us is None:
-                cells.append("·" if v.figure(s, r) is None else "[bold red]✗[/]")
-            elif (s, r) in slow:
-                cells.append(f"[bold red]{us:.0f}![/]")
-            else:
-                cells.append(f"{us:.0f}")
-        t.add_row(s, *cells)
-    return t
+
+    def cell(s: str, r: str) -> str:
+        us = v.round_trip(s, r)
+        if us is None:
+            return "·" if v.figure(s, r) is None else "[bold red]✗[/]"
+        return f"[bold red]{us:.0f}![/]" if (s, r) in slow else f"{us:.0f}"
+    return _table(_("TCP round trip µs, row → column"), v, cell)
 
 
 def _link(x: Link) -> str:
