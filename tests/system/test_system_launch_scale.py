@@ -1,5 +1,6 @@
 """Issue 31, system tests: the end of the job cannot reach one worker (new connections to its
-SSH port dropped by nft in its namespace once the job runs). Cut off both ways (its own
+SSH port dropped by nft in its namespace once the job runs, and the first instance's shared
+connection to it, mpirun's, told to take no new session). Cut off both ways (its own
 connections to any SSH port dropped too), that worker ends by itself within
 FIRST_GONE_AFTER with a line saying why; still able to reach the first instance, it reads
 the job's status there and ends with it. Either way the first instance names it in its
@@ -48,6 +49,15 @@ def _block_ssh(c: VCluster, node: str, both_ways: bool) -> None:
     proc = subprocess.run(["ip", "netns", "exec", c.ns(node), "nft", "-f", "-"], input=rules,
                           text=True, capture_output=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
+
+
+def _stop_sharing(c: VCluster, node: str, peer: str) -> None:
+    """node's shared SSH connection to peer (mpirun's, which the end of the job rides on)
+    takes no new session from now on: a port blocked to new connections cuts the end off.
+    It must be there to stop: the launch shares mpirun's connections."""
+    proc = c.run(node, ["ssh", "-o", "ControlPath=~/.hpcwizard/launch/%C", "-O", "stop",
+                        "-p", str(PORT), peer], timeout=30)
+    assert proc.returncode == 0, f"no shared connection from {node} to {peer}: {proc.stderr}"
 
 
 def _until(proc: subprocess.Popen, text: str, seen: list) -> None:
@@ -108,6 +118,7 @@ def test_a_worker_the_end_cannot_reach_ends_by_itself_and_is_named(setup, order,
                 procs[n] = start(c, n, argv, run_env)
                 _until(procs[n], "to run the job", seen[n])
         _block_ssh(c, "node3", both_ways)
+        _stop_sharing(c, "node1", "node3")
         blocked = time.monotonic()
         release.write_text("")
         ended = _ended_at(procs)
