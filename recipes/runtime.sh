@@ -989,10 +989,12 @@ hw_rt_end_ask() {
       last=$line
     fi
   done
-  exec {wfd}>&-  # ssh's input ends, and the coproc's last read
+  # The coproc is signalled while its input is open: it cannot have ended before its last
+  # read, so the pid is still its own.
   if [ -z "$rc" ]; then  # ssh still runs: the coproc ends it (its TERM trap), then itself
     kill "$pid" 2>/dev/null || true  # the coproc this function started, never a pid file's
   fi
+  exec {wfd}>&-  # ssh's input ends, and the coproc's last read
   wait "$pid" 2>/dev/null || true
   if [ -z "$said" ]; then
     if [ -z "$rc" ]; then HW_RT_ERROR="$1 gave no answer within ${_HW_RT_ASK_SECONDS}s${last:+: $last}"
