@@ -97,12 +97,14 @@ def test_a_failed_job_keeps_its_status_when_a_worker_is_not_told(tmp_path):
 
 def _probe_log(tmp_path, fk, fails: str = "", off=None) -> None:
     """timeout (the port probe: timeout 2 bash -c ... _ HOST PORT) logs each host it is asked
-    about; HOST `fails` never answers, nor does any host once the file `off` exists."""
+    about, and each that answered; HOST `fails` never answers, nor does any host once the
+    file `off` exists."""
     cond = f'[ "$6" != "{fails}" ]'
     if off is not None:
         cond += f" && [ ! -e {off} ]"
     (tmp_path / "bin/timeout").write_text(
-        f'#!/bin/bash\necho "probe $6" >> {fk["log"]}\n{cond}\n')
+        f'#!/bin/bash\necho "probe $6" >> {fk["log"]}\n'
+        f'{cond} || exit 1\necho "answered $6" >> {fk["log"]}\n')
 
 
 def test_a_worker_waits_for_the_first_instance_only(tmp_path):
@@ -148,10 +150,23 @@ def _home_of(short: str, length: int) -> Path:
     return Path(short) / ("h" * (length - len(short) - 1))
 
 
-def _share_run(tmp_path, home):
+def _until_probed(fk, host: str) -> None:
+    """Until host's port has answered the waiting worker's probe (_probe_log's fake)."""
+    deadline = time.monotonic() + 30
+    while f"answered {host}" not in _calls(fk):
+        assert time.monotonic() < deadline, _calls(fk)
+        time.sleep(0.1)
+
+
+def _share_run(tmp_path, home, passwd_home=None):
     """The first instance of three with fakes that log mpirun's ssh arguments and every ssh
-    call by its host (-O exit ones too), its HOME `home`."""
+    call by its host (-O exit ones too), its HOME `home`; the password file gives it
+    `passwd_home` (ssh's ~), else `home` too."""
     fk = _fakes(tmp_path, "node01", HOSTS)
+    getent = tmp_path / "bin/getent"
+    getent.write_text('#!/bin/bash\nif [ "$1" = passwd ]; then '
+                      f'echo "u:x:0:0::{passwd_home or home}:/bin/bash"; exit 0; fi\n'
+                      + getent.read_text().split("\n", 1)[1])
     (tmp_path / "bin/mpirun").write_text("#!/bin/bash\n" + _RSH_ARGS.replace("LOG", str(fk["log"])))
     (tmp_path / "bin/ssh").write_text(
         '#!/bin/bash\na=("$@"); for ((i = 0; i < $#; i++)); do [ "${a[i]}" = -p ] && h=${a[i + 2]}; done\n'
@@ -170,7 +185,8 @@ def test_mpirun_and_the_end_of_the_job_share_each_workers_connection(tmp_path):
     with tempfile.TemporaryDirectory(prefix="h", dir="/tmp") as short:
         calls = _share_run(tmp_path, _home_of(short, 31))
     assert [c for c in calls if c.startswith("rsh ")] == [
-        f"rsh -p 2222 -o ControlMaster=auto -o ControlPersist=60 {_SHARED}"], calls
+        "rsh -p 2222 -o ControlMaster=auto -o ControlPersist=60 -o ServerAliveInterval=10 "
+        f"-o ServerAliveCountMax=6 {_SHARED}"], calls
     for h in ("node02", "node03"):
         mine = [c for c in calls if c.startswith(f"ssh {h} ")]
         assert len(mine) == 2, calls
@@ -191,6 +207,14 @@ def test_a_home_no_socket_path_fits_shares_nothing(tmp_path, blank, length):
     assert [c for c in calls if c.startswith("rsh ")] == ["rsh -p 2222"], calls
     ssh = [c for c in calls if c.startswith("ssh ")]
     assert len(ssh) == 2 and not any("Control" in c or "-O exit" in c for c in ssh), ssh
+
+
+def test_a_home_ssh_does_not_use_shares_nothing(tmp_path):
+    """ssh reads its ~ from the password file, not $HOME: where the two differ, a socket
+    ssh cannot make in its own home would fail every login, so nothing is shared."""
+    with tempfile.TemporaryDirectory(prefix="h", dir="/tmp") as short:
+        calls = _share_run(tmp_path, _home_of(short, 20), passwd_home=Path(short) / "other")
+    assert [c for c in calls if c.startswith("rsh ")] == ["rsh -p 2222"], calls
 
 
 def test_a_waiting_worker_starts_no_process_a_second(tmp_path):
@@ -224,6 +248,7 @@ def test_a_worker_whose_first_instance_is_gone_ends_by_itself(tmp_path):
     _probe_log(tmp_path, fk, off=off)
     env = {**fk["env"], "HOSTS": "node01,node02", "FIRST_GONE_AFTER": "3"}
     proc, seen = _worker_waiting(tmp_path, env)
+    _until_probed(fk, "node01")  # it has answered once: started, then gone
     off.write_text("")
     _, err = proc.communicate(timeout=30)
     err = "".join(seen) + err
@@ -233,6 +258,25 @@ def test_a_worker_whose_first_instance_is_gone_ends_by_itself(tmp_path):
     assert last.endswith("(FIRST_GONE_AFTER=3): ending without the job's status"), last
 
 
+@pytest.mark.parametrize("gone_after, tries", [("3", "2"), ("0", "3")],
+                         ids=["FIRST_GONE_AFTER the longer", "WAIT_TRIES, the watch off"])
+def test_a_worker_whose_first_instance_never_answers_ends_after_its_waits(tmp_path, gone_after,
+                                                                           tries):
+    """The first instance never starts: a worker probes it until WAIT_TRIES' waits (1, 2, 4...
+    seconds) or FIRST_GONE_AFTER, the longer, have passed, then says so, exit 2."""
+    fk = _fakes(tmp_path, "node02", HOSTS)
+    _probe_log(tmp_path, fk, fails="node01")
+    env = {**fk["env"], "HOSTS": "node01,node02", "FIRST_GONE_AFTER": gone_after,
+           "WAIT_TRIES": tries}
+    proc, seen = _worker_waiting(tmp_path, env)
+    _, err = proc.communicate(timeout=30)
+    err = "".join(seen) + err
+    assert proc.returncode == 2, err
+    assert re.search(rf"node01: port 2222 not ready after \d+s \(WAIT_TRIES={tries}\); the "
+                     "first instance runs the job$", err.strip()), err
+    assert sum(c == "probe node01" for c in _calls(fk)) >= 2, _calls(fk)
+
+
 def test_a_worker_with_first_gone_after_zero_waits_for_worker_timeout(tmp_path):
     """FIRST_GONE_AFTER=0 turns the watch off; WORKER_TIMEOUT stays the overall cap."""
     fk = _fakes(tmp_path, "node02", HOSTS)
@@ -240,6 +284,7 @@ def test_a_worker_with_first_gone_after_zero_waits_for_worker_timeout(tmp_path):
     env = {**fk["env"], "HOSTS": "node01,node02", "FIRST_GONE_AFTER": "0",
            "WORKER_TIMEOUT": "3"}
     proc, seen = _worker_waiting(tmp_path, env)
+    _until_probed(fk, "node01")
     (tmp_path / "started").write_text("")
     _, err = proc.communicate(timeout=30)
     err = "".join(seen) + err

@@ -218,13 +218,29 @@ if [ "$RANK" -ne 0 ]; then
   next_ask() { ask_at=$((SECONDS + ask_every / 2 + RANDOM % (ask_every + 1))); }
   next_ask
   log "waiting for $FIRST to run the job"
-  started=$SECONDS answered=$SECONDS probed=$SECONDS ask_failed="" daemon="" daemon_ended="" looked=$((SECONDS - every))
+  # Until the first instance has answered once it may still be starting (its image pulled,
+  # its sshd not up): probed as the watch does, for as long as WAIT_TRIES' waits add up to
+  # (1, 2, 4, 8, 16, 16... seconds), or FIRST_GONE_AFTER when that is longer.
+  first_wait=0 delay=1
+  for ((i = 1; i < WAIT_TRIES; i++)); do
+    first_wait=$((first_wait + delay)) delay=$((delay < 16 ? delay * 2 : 16))
+  done
+  if [ "$first_wait" -lt "$gone_after" ]; then first_wait=$gone_after; fi
+  started=$SECONDS answered="" probed=$SECONDS ask_failed="" daemon="" daemon_ended="" looked=$((SECONDS - every))
   # the marker holds the job's status; one caught while being written is read again
   done_rc() { { read -r rc < "$DONE"; } 2>/dev/null && [[ $rc =~ ^[0123456789]{1,3}$ ]]; }
   while ! done_rc; do
     hw_rt_rest 1
     if [ "${WORKER_TIMEOUT:-0}" -gt 0 ] && [ $((SECONDS - started)) -ge "${WORKER_TIMEOUT:-0}" ]; then
       die "the job did not end within ${WORKER_TIMEOUT}s (WORKER_TIMEOUT)"
+    fi
+    if [ -z "$answered" ] && [ $((SECONDS - probed)) -ge "$every" ]; then
+      probed=$SECONDS
+      if _hw_rt_port_open "$FIRST" "$PORT"; then
+        answered=$SECONDS
+      elif [ $((SECONDS - started)) -ge "$first_wait" ]; then
+        die "$FIRST: port $PORT not ready after $((SECONDS - started))s (WAIT_TRIES=$WAIT_TRIES); the first instance runs the job"
+      fi
     fi
     [ "$gone_after" -gt 0 ] || continue
     # A running daemon is looked at every second (its pid first, one file); a search of
@@ -240,7 +256,7 @@ if [ "$RANK" -ne 0 ]; then
         ask_at=$((SECONDS + END_GRACE + RANDOM % (ask_every / 2 + 1)))
       fi
     fi
-    if [ $((SECONDS - probed)) -ge "$every" ]; then
+    if [ -n "$answered" ] && [ $((SECONDS - probed)) -ge "$every" ]; then
       probed=$SECONDS
       if _hw_rt_port_open "$FIRST" "$PORT"; then answered=$SECONDS; fi
       if [ ! -e "$DONE" ] && [ $((SECONDS - answered)) -ge "$gone_after" ]; then
@@ -249,7 +265,7 @@ if [ "$RANK" -ne 0 ]; then
       fi
     fi
     [ "$daemon" != running ] || continue
-    if [ "$SECONDS" -ge "$ask_at" ] && [ "$answered" -eq "$probed" ]; then
+    if [ "$SECONDS" -ge "$ask_at" ] && [ "$answered" = "$probed" ]; then
       next_ask
       asked=0
       hw_rt_end_ask "$FIRST" "$PORT" "$RUN_REL" "$T_START" || asked=$?
@@ -308,17 +324,22 @@ fi
 # mpirun's SSH connections to the workers stay open for a while after the job (ssh's
 # connection sharing, its sockets in RUN_DIR): telling a worker the end is then one more
 # session on its connection, not a new login, which cost as much as mpirun's own logins.
-# ssh reads the ~ itself, so a worker's orted that starts others (tree spawn) finds its
-# own directory. A socket's path has at most 107 bytes (%C is 40 of them, and ssh binds
-# the path with 17 more before renaming it), and ORTE splits these arguments at blanks: a
-# home that does not fit, or has other characters, shares nothing.
+# ssh reads the ~ itself, from the password file, so a worker's orted that starts others
+# (tree spawn) finds its own directory; where that home is not $HOME, nothing is shared (a
+# socket ssh cannot make there fails the login). A socket's path has at most 107 bytes (%C
+# is 40 of them, and ssh binds the path with 17 more before renaming it), and ORTE splits
+# these arguments at blanks: a home that does not fit, or has other characters, shares
+# nothing. A connection whose worker stops answering ends within a minute (ServerAlive),
+# not when TCP gives up a quarter of an hour later, so a tell over it cannot hang.
 SHARE=()
-if [[ $HOME != *[!$_HW_RT_ALNUM/._-]* ]] && [ $((${#HOME} + ${#RUN_REL} + 42 + 17)) -le 107 ]; then
+ssh_home=$(getent passwd "$(id -u)" 2>/dev/null | cut -d: -f6) || ssh_home=''
+if [ -n "$ssh_home" ] && [ "$ssh_home" -ef "$HOME" ] && [ -d "$ssh_home/$RUN_REL" ] &&
+  [[ $ssh_home != *[!$_HW_RT_ALNUM/._-]* ]] && [ $((${#ssh_home} + ${#RUN_REL} + 42 + 17)) -le 107 ]; then
   SHARE=(-o "ControlPath=~/$RUN_REL/%C")
   for i in "${!MPIRUN_ARGS[@]}"; do
     case ${MPIRUN_ARGS[i]} in
       plm_rsh_args|plm_ssh_args)
-        MPIRUN_ARGS[i + 1]+=" -o ControlMaster=auto -o ControlPersist=60 ${SHARE[*]}" ;;
+        MPIRUN_ARGS[i + 1]+=" -o ControlMaster=auto -o ControlPersist=60 -o ServerAliveInterval=10 -o ServerAliveCountMax=6 ${SHARE[*]}" ;;
     esac
   done
 fi
