@@ -100,6 +100,13 @@ def test_nvidia_smi_without_its_driver_says_so(tmp_path):
     assert node.gpu_error.startswith("NVIDIA-SMI has failed because it couldn't communicate")
 
 
+def test_nvidia_smi_that_fails_without_a_word_is_named_too(tmp_path):
+    """Not taken for no GPU: the failure is the node's finding, with its status."""
+    node = parse_health(run_program(tmp_path, "silent"))
+    assert node.complete and node.smi and node.gpus == ()
+    assert node.gpu_error == "nvidia-smi exited 9 with no output", node.gpu_error
+
+
 def test_the_ssh_form_is_the_same_program_quoted_once_more(tmp_path):
     root = ib_tree(tmp_path, {("mlx5_0", "1"): ZERO})
     remote = P.ReadHealth(script(), host="node2", port=2222, root=str(root)).argv()

@@ -18,7 +18,7 @@ t=; command -v timeout >/dev/null 2>&1 && t="timeout 30"
 q=index,pci.bus_id,ecc.errors.uncorrected.volatile.total,retired_pages.pending,remapped_rows.pending,remapped_rows.failure
 # A driver older than row remapping refuses the whole query over one unknown field.
 q_old=index,pci.bus_id,ecc.errors.uncorrected.volatile.total,retired_pages.pending
-gpus() { out=$($t nvidia-smi --query-gpu="$1" --format=csv,noheader,nounits 2>&1) || return 1; printf "%s\tgpu-fields\t%s\n" "$tag" "$1"; while IFS= read -r line; do [ -n "$line" ] && printf "%s\tgpu\t%s\n" "$tag" "$line"; done <<<"$out"; }
+gpus() { out=$($t nvidia-smi --query-gpu="$1" --format=csv,noheader,nounits 2>&1) || { rc=$?; [ -n "$out" ] || out="nvidia-smi exited $rc with no output"; return 1; }; printf "%s\tgpu-fields\t%s\n" "$tag" "$1"; while IFS= read -r line; do [ -n "$line" ] && printf "%s\tgpu\t%s\n" "$tag" "$line"; done <<<"$out"; }
 smi=; command -v nvidia-smi >/dev/null 2>&1 && smi=yes
 if [ -z "$smi" ]; then printf "%s\tgpu-tool\tabsent\n" "$tag"; elif ! gpus "$q" && ! gpus "$q_old"; then while IFS= read -r line; do [ -n "$line" ] && printf "%s\tgpu-error\t%s\n" "$tag" "$line"; done <<<"$out"; fi
 if [ -n "$smi" ]; then $t nvidia-smi nvlink -s 2>&1 | while IFS= read -r line; do printf "%s\tnvlink\t%s\n" "$tag" "$line"; done; fi

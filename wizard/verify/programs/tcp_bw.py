@@ -197,7 +197,7 @@ def send_for(address, port, token, mib, seconds):
 def echo(conn, most):
     """The receiver's half of the round trips: each PING sent back as it came, until the 0
     that ends them. False when more than most come, or they outlast the sender's bounds."""
-    deadline = time.monotonic() + PING_TIME + PING_WAIT
+    deadline = time.monotonic() + PING_TIME + 2 * PING_WAIT  # the last ping's wait, then the 0
     for _ in range(most):
         ping = exact(conn, PING.size, deadline)
         if ping == END_PINGS:
