@@ -610,6 +610,28 @@ def test_a_worker_whose_daemon_ended_without_a_record_ends_by_itself(tmp_path, f
     assert _asks(fk) >= 1, _calls(fk)
 
 
+def test_a_worker_started_into_a_running_job_knows_the_first_instance_has_answered(tmp_path):
+    """A worker started after mpirun already runs the job's daemon here, then cut off from
+    the first instance before it probed it once: the daemon is the first's answer, so the
+    worker says the first is gone (exit 3), not that it never came (exit 2)."""
+    fk = _fakes(tmp_path, "node02", HOSTS)
+    _probe_log(tmp_path, fk, fails="node01")
+    root = _proc_tree(tmp_path, {"4242": ("orted", True)})
+    _worker_with_daemon(tmp_path, fk, root)
+    env = {**fk["env"], "HOSTS": "node01,node02", "FIRST_GONE_AFTER": "3",
+           "WAIT_TRIES": "2", "WORKER_TIMEOUT": "120"}
+    proc, seen = _worker_waiting(tmp_path, env, tmp_path / "launch.sh")
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    err = "".join(seen) + err
+    last = err.strip().splitlines()[-1]
+    assert proc.returncode == 3, err
+    assert "node01 (the first instance) has not answered on port 2222 for " in last, last
+    assert "not ready after" not in err, err
+
+
 def _gone(pid: int) -> bool:
     try:
         return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"

@@ -217,16 +217,30 @@ if [ "$RANK" -ne 0 ]; then
   END_GRACE=5
   next_ask() { ask_at=$((SECONDS + ask_every / 2 + RANDOM % (ask_every + 1))); }
   next_ask
-  log "waiting for $FIRST to run the job"
   # Until the first instance has answered once it may still be starting (its image pulled,
   # its sshd not up): probed as the watch does, for as long as WAIT_TRIES' waits add up to
-  # (1, 2, 4, 8, 16, 16... seconds), or FIRST_GONE_AFTER when that is longer.
+  # (1, 2, 4, 8, 16, 16... seconds), or FIRST_GONE_AFTER when that is longer. A job's daemon
+  # seen here counts as its answer.
   first_wait=0 delay=1
   for ((i = 1; i < WAIT_TRIES; i++)); do
     first_wait=$((first_wait + delay)) delay=$((delay < 16 ? delay * 2 : 16))
   done
   if [ "$first_wait" -lt "$gone_after" ]; then first_wait=$gone_after; fi
-  started=$SECONDS answered="" probed=$SECONDS ask_failed="" daemon="" daemon_ended="" looked=$((SECONDS - every))
+  started=$SECONDS answered="" probed=$SECONDS ask_failed="" daemon="" daemon_ended=""
+  look() {
+    looked=$SECONDS
+    if hw_rt_mpi_daemon; then
+      # mpirun on the first instance started it over SSH: the first has answered
+      daemon=running daemon_ended="" answered=${answered:-$SECONDS}
+    elif [ "$daemon" = running ]; then
+      # the asks of workers not told spread over half a period, not all at one moment
+      daemon=ended daemon_ended=$SECONDS
+      ask_at=$((SECONDS + END_GRACE + RANDOM % (ask_every / 2 + 1)))
+    fi
+  }
+  # a worker started into a running job finds its daemon before the job can end unseen
+  if [ "$gone_after" -gt 0 ]; then look; fi
+  log "waiting for $FIRST to run the job"
   # the marker holds the job's status; one caught while being written is read again
   done_rc() { { read -r rc < "$DONE"; } 2>/dev/null && [[ $rc =~ ^[0123456789]{1,3}$ ]]; }
   while ! done_rc; do
@@ -246,16 +260,7 @@ if [ "$RANK" -ne 0 ]; then
     # A running daemon is looked at every second (its pid first, one file); a search of
     # every process only every few seconds: instances that share a process list (a pod's
     # containers, or many on one machine) each read all of it.
-    if [ "$daemon" = running ] || [ $((SECONDS - looked)) -ge "$every" ]; then
-      looked=$SECONDS
-      if hw_rt_mpi_daemon; then
-        daemon=running daemon_ended=""
-      elif [ "$daemon" = running ]; then
-        # the asks of workers not told spread over half a period, not all at one moment
-        daemon=ended daemon_ended=$SECONDS
-        ask_at=$((SECONDS + END_GRACE + RANDOM % (ask_every / 2 + 1)))
-      fi
-    fi
+    if [ "$daemon" = running ] || [ $((SECONDS - looked)) -ge "$every" ]; then look; fi
     if [ -n "$answered" ] && [ $((SECONDS - probed)) -ge "$every" ]; then
       probed=$SECONDS
       if _hw_rt_port_open "$FIRST" "$PORT"; then answered=$SECONDS; fi
