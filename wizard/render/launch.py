@@ -227,7 +227,7 @@ if [ "$RANK" -ne 0 ]; then
   done
   if [ "$first_wait" -lt "$gone_after" ]; then first_wait=$gone_after; fi
   started=$SECONDS answered="" probed=$SECONDS ask_failed="" daemon="" daemon_ended=""
-  look() {
+  look_for_daemon() {
     looked=$SECONDS
     if hw_rt_mpi_daemon; then
       # mpirun on the first instance started it over SSH: the first has answered
@@ -239,7 +239,7 @@ if [ "$RANK" -ne 0 ]; then
     fi
   }
   # a worker started into a running job finds its daemon before the job can end unseen
-  if [ "$gone_after" -gt 0 ]; then look; fi
+  if [ "$gone_after" -gt 0 ]; then look_for_daemon; fi
   log "waiting for $FIRST to run the job"
   # the marker holds the job's status; one caught while being written is read again
   done_rc() { { read -r rc < "$DONE"; } 2>/dev/null && [[ $rc =~ ^[0123456789]{1,3}$ ]]; }
@@ -260,7 +260,7 @@ if [ "$RANK" -ne 0 ]; then
     # A running daemon is looked at every second (its pid first, one file); a search of
     # every process only every few seconds: instances that share a process list (a pod's
     # containers, or many on one machine) each read all of it.
-    if [ "$daemon" = running ] || [ $((SECONDS - looked)) -ge "$every" ]; then look; fi
+    if [ "$daemon" = running ] || [ $((SECONDS - looked)) -ge "$every" ]; then look_for_daemon; fi
     if [ -n "$answered" ] && [ $((SECONDS - probed)) -ge "$every" ]; then
       probed=$SECONDS
       if _hw_rt_port_open "$FIRST" "$PORT"; then answered=$SECONDS; fi
