@@ -834,6 +834,7 @@ hw_rt_rest() {
 
 # hw_rt_wait HOST TRIES [PORT]: bounded retries with backoff (1, 2, 4, 8, 16, 16... seconds)
 # until HOST's name resolves and, given PORT, the port answers.
+_HW_RT_MAX_DELAY=16
 hw_rt_wait() {
   local h=$1 tries=$2 port=${3:-} try=1 delay=1 what
   while :; do
@@ -859,8 +860,19 @@ hw_rt_wait() {
     _hw_rt_log "waiting for $h ($what), try $try of $tries, next in ${delay}s"
     sleep "$delay"
     try=$((try + 1))
-    delay=$((delay * 2))
-    if [ "$delay" -gt 16 ]; then delay=16; fi
+    delay=$((delay * 2 < _HW_RT_MAX_DELAY ? delay * 2 : _HW_RT_MAX_DELAY))
+  done
+}
+
+# hw_rt_wait_seconds TRIES -> HW_RT_SECONDS: what hw_rt_wait's waits between TRIES tries
+# add up to (the longest it waits, its probes aside).
+# shellcheck disable=SC2317,SC2329,SC2034  # the MPI launch uses it; PyTorch's and verify do not
+hw_rt_wait_seconds() {
+  local try delay=1
+  HW_RT_SECONDS=0
+  for ((try = 1; try < $1; try++)); do
+    HW_RT_SECONDS=$((HW_RT_SECONDS + delay))
+    delay=$((delay * 2 < _HW_RT_MAX_DELAY ? delay * 2 : _HW_RT_MAX_DELAY))
   done
 }
 

@@ -152,10 +152,7 @@ def _home_of(short: str, length: int) -> Path:
 
 def _until_probed(fk, host: str) -> None:
     """Until host's port has answered the waiting worker's probe (_probe_log's fake)."""
-    deadline = time.monotonic() + 30
-    while f"answered {host}" not in _calls(fk):
-        assert time.monotonic() < deadline, _calls(fk)
-        time.sleep(0.1)
+    _wait_until(lambda: f"answered {host}" in _calls(fk))
 
 
 def _share_run(tmp_path, home, passwd_home=None):

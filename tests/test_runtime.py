@@ -347,6 +347,16 @@ def test_hostfile_text_is_what_the_library_writes(tmp_path):
     assert out.read_text().splitlines()[1] == "node02.example slots=2"
 
 
+@pytest.mark.parametrize("tries, seconds", [(1, 0), (2, 1), (3, 3), (5, 15), (6, 31), (7, 47)])
+def test_the_waits_of_hw_rt_wait_add_up_to_what_the_worker_waits(tries, seconds):
+    """1, 2, 4, 8, 16, 16... seconds between tries: a worker waits for a first instance
+    that never answered as long as these add up to."""
+    script = runtime.library() + '\nhw_rt_wait_seconds "$1"\necho "$HW_RT_SECONDS"\n'
+    r = subprocess.run(["bash", "-c", script, "hw_rt", str(tries)], capture_output=True,
+                       text=True, check=True, timeout=30)
+    assert r.stdout.strip() == str(seconds)
+
+
 def test_the_launch_script_embeds_this_library():
     from test_launch import plan
 

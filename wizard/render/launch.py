@@ -218,13 +218,10 @@ if [ "$RANK" -ne 0 ]; then
   next_ask() { ask_at=$((SECONDS + ask_every / 2 + RANDOM % (ask_every + 1))); }
   next_ask
   # Until the first instance has answered once it may still be starting (its image pulled,
-  # its sshd not up): probed as the watch does, for as long as WAIT_TRIES' waits add up to
-  # (1, 2, 4, 8, 16, 16... seconds), or FIRST_GONE_AFTER when that is longer. A job's daemon
-  # seen here counts as its answer.
-  first_wait=0 delay=1
-  for ((i = 1; i < WAIT_TRIES; i++)); do
-    first_wait=$((first_wait + delay)) delay=$((delay < 16 ? delay * 2 : 16))
-  done
+  # its sshd not up): probed as the watch does, for as long as WAIT_TRIES' waits add up to,
+  # or FIRST_GONE_AFTER when that is longer. A job's daemon seen here counts as its answer.
+  hw_rt_wait_seconds "$WAIT_TRIES"
+  first_wait=$HW_RT_SECONDS
   if [ "$first_wait" -lt "$gone_after" ]; then first_wait=$gone_after; fi
   started=$SECONDS answered="" probed=$SECONDS ask_failed="" daemon="" daemon_ended=""
   look_for_daemon() {
@@ -248,12 +245,18 @@ if [ "$RANK" -ne 0 ]; then
     if [ "${WORKER_TIMEOUT:-0}" -gt 0 ] && [ $((SECONDS - started)) -ge "${WORKER_TIMEOUT:-0}" ]; then
       die "the job did not end within ${WORKER_TIMEOUT}s (WORKER_TIMEOUT)"
     fi
-    if [ -z "$answered" ] && [ $((SECONDS - probed)) -ge "$every" ]; then
+    # the first instance's port: not come yet, or gone (with FIRST_GONE_AFTER 0, never gone)
+    if [ $((SECONDS - probed)) -ge "$every" ] && { [ -z "$answered" ] || [ "$gone_after" -gt 0 ]; }; then
       probed=$SECONDS
       if _hw_rt_port_open "$FIRST" "$PORT"; then
         answered=$SECONDS
-      elif [ $((SECONDS - started)) -ge "$first_wait" ]; then
-        die "$FIRST: port $PORT not ready after $((SECONDS - started))s (WAIT_TRIES=$WAIT_TRIES); the first instance runs the job"
+      elif [ -z "$answered" ]; then
+        if [ $((SECONDS - started)) -ge "$first_wait" ]; then
+          die "$FIRST: port $PORT not ready after $((SECONDS - started))s (WAIT_TRIES=$WAIT_TRIES); the first instance runs the job"
+        fi
+      elif [ ! -e "$DONE" ] && [ $((SECONDS - answered)) -ge "$gone_after" ]; then
+        log "$FIRST (the first instance) has not answered on port $PORT for $((SECONDS - answered))s (FIRST_GONE_AFTER=$gone_after): ending without the job's status"
+        exit 3
       fi
     fi
     [ "$gone_after" -gt 0 ] || continue
@@ -261,14 +264,6 @@ if [ "$RANK" -ne 0 ]; then
     # every process only every few seconds: instances that share a process list (a pod's
     # containers, or many on one machine) each read all of it.
     if [ "$daemon" = running ] || [ $((SECONDS - looked)) -ge "$every" ]; then look_for_daemon; fi
-    if [ -n "$answered" ] && [ $((SECONDS - probed)) -ge "$every" ]; then
-      probed=$SECONDS
-      if _hw_rt_port_open "$FIRST" "$PORT"; then answered=$SECONDS; fi
-      if [ ! -e "$DONE" ] && [ $((SECONDS - answered)) -ge "$gone_after" ]; then
-        log "$FIRST (the first instance) has not answered on port $PORT for $((SECONDS - answered))s (FIRST_GONE_AFTER=$gone_after): ending without the job's status"
-        exit 3
-      fi
-    fi
     [ "$daemon" != running ] || continue
     if [ "$SECONDS" -ge "$ask_at" ] && [ "$answered" = "$probed" ]; then
       next_ask
