@@ -784,13 +784,21 @@ _hw_rt_lookup() {
 # shellcheck disable=SC2016  # $1 and $2 are the inner bash's arguments: never its source
 _hw_rt_port_open() { timeout 2 bash -c ': </dev/tcp/"$1"/"$2"' _ "$1" "$2" 2>/dev/null; }
 
+# _hw_rt_greeting HOST PORT: the first line the server on PORT sends unasked (an SSH
+# server's: SSH-2.0-...); nothing when the port is closed or the server says nothing.
+# shellcheck disable=SC2016  # as above
+_hw_rt_greeting() {
+  timeout 3 bash -c 'exec 3<>"/dev/tcp/$1/$2" && IFS= read -r -t 2 line <&3 && printf "%s\n" "$line"' \
+    _ "$1" "$2" 2>/dev/null
+}
+
 # hw_rt_sshd PORT: an sshd listening on PORT; one already listening is used as it is, never
 # signalled. As root the system's, else the user's own: sshd -f ~/.sshd_config (written by
 # 'hpcwizard apply' as that user). ops.sh's _hw_sshd_exec starts it, as apply's hw_sshd
 # does; _hw_say, _hw_is_sshd and _hw_sshd_pid find one running (the launch script embeds
 # the four).
 hw_rt_sshd() {
-  local port=$1 i pid pidfile=/run/sshd.pid config='' systemd=0 unit=ssh
+  local port=$1 i pid pidfile=/run/sshd.pid config='' systemd=0 unit=ssh greeting
   if [ "$(id -u)" -ne 0 ]; then
     # the pid file the user's sshd configuration names: apply writes ~/.ssh/sshd.pid, or
     # ~/.hpcwizard-sshd/sshd.pid beside a ~/.ssh the platform provides
@@ -799,6 +807,13 @@ hw_rt_sshd() {
     pidfile=${pidfile:-$HOME/.ssh/sshd.pid}
   fi
   : "$config" "$systemd" "$unit"  # read by _hw_sshd_pid and _hw_sshd_exec
+  # An SSH server's greeting says enough: finding its pid reads every process in /proc, a
+  # tenth of a second of CPU on a busy node, paid by every instance as the job starts.
+  greeting=$(_hw_rt_greeting 127.0.0.1 "$port") || true
+  if [[ $greeting == SSH-* ]]; then
+    _hw_rt_log "an SSH server already listens on port $port: ${greeting//[^[:print:]]/}"
+    return 0
+  fi
   if _hw_rt_port_open 127.0.0.1 "$port"; then
     if pid=$(_hw_sshd_pid 2>&1); then
       _hw_rt_log "sshd (pid $pid) already listens on port $port"

@@ -303,3 +303,53 @@ def test_the_launch_script_reads_the_pid_file_the_users_sshd_config_names(tmp_pa
     assert r.returncode == 0, r.stderr
     assert f"{own}/sshd.pid names pid {sleeper.pid} (sleep, user {ME})" in r.stderr, r.stderr
     assert alive(sleeper)
+
+
+@pytest.mark.parametrize("says, known_by_greeting", [
+    (b"SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u3\r\n", True),
+    (b"SSH-2.0-dropbear_2022.83\r\n", True),
+    (b"HTTP/1.0 400 Bad Request\r\n", False),
+    (b"", False),
+])
+def test_an_ssh_server_on_the_port_is_known_by_its_greeting_not_by_proc(tmp_path, says,
+                                                                         known_by_greeting):
+    """Every instance of a job starts the launch script at once: naming the sshd on its port
+    by its pid searches /proc, whose every process is read. An SSH greeting is enough; a
+    port that answers otherwise is still looked up (and its pid file judged)."""
+    import socket
+    import threading
+
+    from hpcwizard import runtime
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def answer():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.sendall(says)
+                conn.recv(1)  # until the prober leaves: the port does not look closed
+
+    threading.Thread(target=answer, daemon=True).start()
+    calls = tmp_path / "calls"
+    script = (runtime.library() +
+              f'\nfind() {{ echo find >> {calls}; }}'
+              f'\n_hw_sshd_pid() {{ echo _hw_sshd_pid >> {calls}; return 1; }}'
+              '\nhw_rt_sshd "$1"\n')
+    try:
+        r = subprocess.run(["bash", "-c", script, "hw_rt", str(port)], capture_output=True,
+                           text=True, timeout=60)
+    finally:
+        server.close()
+    assert r.returncode == 0, r.stderr
+    if known_by_greeting:
+        greeting = says.decode().strip()
+        assert f"an SSH server already listens on port {port}: {greeting}\n" in r.stderr
+        assert not calls.exists()
+    else:
+        assert f"port {port} already answers" in r.stderr
+        assert calls.read_text() == "_hw_sshd_pid\n"
