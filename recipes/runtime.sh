@@ -10,6 +10,7 @@
 #   hw_rt_rank NAME...                               -> HW_RT_RANK ("which host is this")
 #   hw_rt_sshd PORT                                  an sshd listening on PORT
 #   hw_rt_rest SECONDS                               a sleep without a process
+#   hw_rt_wake FILE                                  a FIFO whose byte ends hw_rt_rest
 #   hw_rt_wait HOST TRIES [PORT]                     the name resolves (and PORT answers)
 #   hw_rt_slots SLOTS NP                             -> HW_RT_HOST_SLOTS, HW_RT_NP
 #   hw_rt_write_hostfile FILE SLOTS NAME...          'NAME slots=N' lines
@@ -847,6 +848,15 @@ hw_rt_rest() {
   read -r -t "$1" -u "$_HW_RT_REST_FD" _ || true
 }
 
+# hw_rt_wake FILE: a FIFO made anew at FILE, on which hw_rt_rest then rests: a line written
+# to it (hw_rt_end_tell's, after the marker) ends the rest at once. Status 1: no FIFO (a
+# file system without them); hw_rt_rest then rests its whole time.
+# shellcheck disable=SC2317,SC2329  # the MPI launch uses it; PyTorch's and verify do not
+hw_rt_wake() {
+  rm -f "$1" && mkfifo -m 600 "$1" 2>/dev/null || return 1
+  exec {_HW_RT_REST_FD}<>"$1"  # read and write: never blocks, never sees an end of file
+}
+
 # hw_rt_wait HOST TRIES [PORT]: bounded retries with backoff (1, 2, 4, 8, 16, 16... seconds)
 # until HOST's name resolves and, given PORT, the port answers.
 _HW_RT_MAX_DELAY=16
@@ -952,13 +962,15 @@ hw_rt_end_record() {
 }
 
 # hw_rt_end_tell HOST PORT STATUS DIR [SSH_OPTION...]: one try at HOST's marker
-# DIR/done.HOST, written whole; the options reach ssh (the launch's connection sharing).
+# DIR/done.HOST, written whole, then a line into the worker's FIFO DIR/wake.HOST when it
+# has one (hw_rt_wake), opened for reading and writing so that it never blocks; the
+# options reach ssh (the launch's connection sharing).
 # shellcheck disable=SC2317,SC2329  # the MPI launch uses it; PyTorch's and verify do not
 hw_rt_end_tell() {
   local host=$1 port=$2 status=$3 dir=$4
   shift 4
   ssh "$@" -o BatchMode=yes -o ConnectTimeout=5 -p "$port" "$host" \
-    "umask 077 && mkdir -p $dir && echo $status > $dir/done.$host.part && mv -f $dir/done.$host.part $dir/done.$host" \
+    "umask 077 && mkdir -p $dir && echo $status > $dir/done.$host.part && mv -f $dir/done.$host.part $dir/done.$host && { [ ! -p $dir/wake.$host ] || echo 1<>$dir/wake.$host || :; }" \
     </dev/null
 }
 

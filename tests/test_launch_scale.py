@@ -658,3 +658,62 @@ def test_an_ask_that_gets_no_answer_ends_in_time_and_leaves_no_ssh(tmp_path, ssh
     finally:  # the fake ssh this test started, should it have outlived the ask
         if pidfile.exists() and not _gone(int(pidfile.read_text())):
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
+def _fake_ssh_runs_the_command(tmp_path, fk):
+    """ssh that runs its remote command with sh in the home, as a login there would."""
+    (tmp_path / "bin/ssh").write_text(
+        f'#!/bin/bash\n{_SSH_HOST}echo "ssh $h" >> {fk["log"]}\ncd {fk["home"]} && exec sh -c "${{@: -1}}"\n')
+
+
+def test_the_end_of_the_job_wakes_a_resting_worker_at_once(tmp_path):
+    """The worker rests on its FIFO; the first instance's word writes the marker, then a
+    line into it: a rest of ten minutes ends then, not when its time is up."""
+    fk = _fakes(tmp_path, "node01", HOSTS)
+    _fake_ssh_runs_the_command(tmp_path, fk)
+    run_dir = fk["home"] / ".hpcwizard/launch"
+    run_dir.mkdir(parents=True)
+    wake = run_dir / "wake.node02"
+    rest = subprocess.Popen(
+        ["bash", "-c", runtime.library() + '\nhw_rt_wake "$1" || exit 9\necho resting\n'
+         'hw_rt_rest 600\necho "$(< "$2")"', "hw_rt", str(wake), str(run_dir / "done.node02")],
+        stdout=subprocess.PIPE, text=True)
+    assert rest.stdout.readline() == "resting\n"
+    tell = subprocess.run(
+        ["bash", "-c", runtime.library() + '\nhw_rt_end_tell node02 2222 7 .hpcwizard/launch'],
+        env=fk["env"], capture_output=True, text=True, timeout=60)
+    assert tell.returncode == 0, tell.stderr
+    out, _ = rest.communicate(timeout=60)
+    assert (rest.returncode, out) == (0, "7\n")
+    assert wake.is_fifo() and wake.stat().st_mode & 0o777 == 0o600
+
+
+def test_telling_a_worker_gone_from_its_fifo_never_blocks(tmp_path):
+    """A worker killed leaves its FIFO, with nobody reading: the word still arrives, and
+    the ssh session ends."""
+    fk = _fakes(tmp_path, "node01", HOSTS)
+    _fake_ssh_runs_the_command(tmp_path, fk)
+    run_dir = fk["home"] / ".hpcwizard/launch"
+    run_dir.mkdir(parents=True)
+    os.mkfifo(run_dir / "wake.node02", 0o600)
+    tell = subprocess.run(
+        ["bash", "-c", runtime.library() + '\nhw_rt_end_tell node02 2222 0 .hpcwizard/launch'],
+        env=fk["env"], capture_output=True, text=True, timeout=60)
+    assert tell.returncode == 0, tell.stderr
+    assert (run_dir / "done.node02").read_text() == "0\n"
+
+
+def test_a_worker_told_ends_and_takes_its_fifo_away(tmp_path):
+    fk = _fakes(tmp_path, "node02", HOSTS)
+    _fake_ssh_runs_the_command(tmp_path, fk)
+    env = {**fk["env"], "HOSTS": "node01,node02", "FIRST_GONE_AFTER": "600"}
+    proc, seen = _worker_waiting(tmp_path, env)
+    wake = fk["home"] / ".hpcwizard/launch/wake.node02"
+    assert wake.is_fifo()
+    tell = subprocess.run(
+        ["bash", "-c", runtime.library() + '\nhw_rt_end_tell node02 2222 4 .hpcwizard/launch'],
+        env=fk["env"], capture_output=True, text=True, timeout=60)
+    assert tell.returncode == 0, tell.stderr
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 4, "".join(seen) + err
+    assert not wake.exists()

@@ -237,6 +237,9 @@ if [ "$RANK" -ne 0 ]; then
   }
   # a worker started into a running job finds its daemon before the job can end unseen
   if [ "$gone_after" -gt 0 ]; then look_for_daemon; fi
+  # the first instance's word ends the rest below at once, not at the next second
+  WAKE="$RUN_DIR/wake.$ME"
+  hw_rt_wake "$WAKE" || log "no FIFO at $WAKE: the end of the job is seen within a second"
   log "waiting for $FIRST to run the job"
   # the marker holds the job's status; one caught while being written is read again
   done_rc() { { read -r rc < "$DONE"; } 2>/dev/null && [[ $rc =~ ^[0123456789]{1,3}$ ]]; }
@@ -285,7 +288,7 @@ if [ "$RANK" -ne 0 ]; then
       fi
     fi
   done
-  rm -f "$DONE"
+  rm -f "$DONE" "$WAKE"
   log "the job ended with status $rc"
   exit "$rc"
 fi
