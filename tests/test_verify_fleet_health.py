@@ -233,7 +233,8 @@ def test_the_judge_names_the_odd_node_and_what_on_it(case, odd, named):
     assert [(f.host, f.kind, f.subject.split(" (")[0]) for f in v.findings] == named
     assert v.ok == (not named)
     for f in v.findings:
-        assert f.host in f.meaning and f.seen  # says where, what it means and what to do
+        # what it means and what to do; where is the report line's, so alike nodes share it
+        assert f.seen and f.meaning.endswith(".") and f.host not in f.meaning
 
 
 def test_far_above_is_relative_to_the_fleet():
@@ -276,8 +277,25 @@ def test_nvidia_smi_failing_on_every_instance_is_no_pass():
     assert not v.ok
     assert [(f.host, f.kind) for f in v.findings] == [(h, "gpus-unread") for h in hosts()]
     lines = health_lines(v)
-    assert lines[0] == f"NODE n1: nvidia-smi: {NO_DRIVER}"
-    assert not any("alike" in line for line in lines)
+    assert lines[0] == f"NODE every instance (8): nvidia-smi: {NO_DRIVER}"
+    assert len(lines) == 2 and lines[1].startswith("  nvidia-smi is there but could not read")
+
+
+def test_instances_with_the_same_findings_share_one_line():
+    """At 64 instances one fault of them all was 128 lines: the same findings are said once,
+    with their hosts; different ones, and an unread host's own reason, stay apart."""
+    from hpcwizard.report_fleet import health_lines
+
+    read = {h: healthy() for h in hosts()}
+    for h in ("n2", "n5", "n7"):
+        read[h] = unread()
+    read["n3"] = healthy(gpus=6)
+    lines = health_lines(judge(hosts(), read, {"n8": "ssh: connect to host n8: refused"}))
+    nodes = [line for line in lines if not line.startswith("  ")]
+    assert nodes == [f"NODE n2, n5, n7 (3 of 8): nvidia-smi: {NO_DRIVER}",
+                     "NODE n3: 6 GPUs, the others 8",
+                     "NOT READ n8: ssh: connect to host n8: refused"], lines
+    assert len(lines) == 2 * len(nodes)  # one meaning under each
 
 
 def test_nvidia_smi_failing_on_most_instances_leaves_the_others_judged():
@@ -442,7 +460,7 @@ def test_cli_text_says_the_node_then_the_pairs(monkeypatch, capsys, outputs):
     rc, text, _sys = run_cli(monkeypatch, capsys, health, as_json=False)
     assert rc == 1
     node = text.index("NODE n2: mlx5_1:1: link_downed 4")
-    assert "  Port mlx5_1:1 of n2 lost its link 4 times" in text
+    assert "  Port mlx5_1:1 lost its link 4 times" in text
     assert node < text.index("TCP Gb/s, row → column")
     assert "No slow node or link" in text and "instances alike" not in text
 

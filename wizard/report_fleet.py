@@ -1,13 +1,14 @@
 """verify --fleet's verdict as text: the pair matrices (rich Tables: rows send, columns
 receive; Gb/s, then round trips in µs; a slow figure marked), then one line per slow node,
-slow link and failed link, and the fleet's medians; before them each node's health, one line per node named (with
-what it means and what to do under it), or one line for the instances alike. `--json` gives
+slow link and failed link, and the fleet's medians; before them each node's health: one line
+per node named, or per set of nodes with the same findings (with what they mean and what to
+do under it), or one line for the instances alike. `--json` gives
 FleetVerdict.to_dict() instead."""
 from __future__ import annotations
 
 import io
 import shutil
-from typing import Callable, List
+from typing import Callable, Dict, List
 
 from rich.console import Console
 from rich.table import Table
@@ -119,17 +120,28 @@ def format_fleet(v: Verdict, color: bool = False) -> str:
 
 def health_lines(h: HealthVerdict) -> List[str]:
     """'NODE node3: GPU 2 (...): 4 uncorrected ECC errors ...; mlx5_0:1: link_downed 3', each
-    meaning under it; 'NOT READ node5: ...'; or '8 instances alike: 8 GPUs, ...'."""
-    out: List[str] = []
+    meaning under it; instances with the same findings on one line ('NODE n2, n5 (2 of 8):
+    ...', 'NODE every instance (64): ...'); 'NOT READ node5: ...'; or '8 instances alike:
+    8 GPUs, ...'."""
+    alike: Dict[tuple, List[str]] = {}  # the same findings -> their hosts, in the job's order
     for host, findings in h.named().items():
-        unread = [f for f in findings if f.kind == "not-read"]
+        alike.setdefault(tuple((f.kind, f.seen, f.meaning) for f in findings), []).append(host)
+    out: List[str] = []
+    for findings, hosts in alike.items():
+        if len(hosts) == 1:
+            who = hosts[0]
+        elif len(hosts) == len(h.hosts):
+            who = _("every instance ({n})").format(n=len(hosts))
+        else:
+            who = _("{hosts} ({n} of {total})").format(hosts=", ".join(hosts), n=len(hosts),
+                                                      total=len(h.hosts))
+        unread = [seen for kind, seen, _meaning in findings if kind == "not-read"]
         if unread:
-            out.append(visible(_("NOT READ {host}: {line}").format(
-                host=host, line=unread[0].seen)))
+            out.append(visible(_("NOT READ {host}: {line}").format(host=who, line=unread[0])))
         else:
             out.append(visible(_("NODE {host}: {seen}").format(
-                host=host, seen="; ".join(f.seen for f in findings))))
-        out += ["  " + visible(m) for m in dict.fromkeys(f.meaning for f in findings)]
+                host=who, seen="; ".join(seen for _kind, seen, _meaning in findings))))
+        out += ["  " + visible(m) for m in dict.fromkeys(m for _k, _s, m in findings)]
     if h.ok:
         out.append(_("{n} instances alike: {what}").format(n=len(h.hosts),
                                                            what=summary(h) or "?"))

@@ -68,9 +68,8 @@ def judge(hosts: Tuple[str, ...], read: Dict[str, NodeHealth], not_read: Dict[st
     for host in hosts:
         if host in not_read:
             findings.append(Finding(host, "not-read", "", not_read[host], _(
-                "The health of {host} could not be read over SSH (the job's user and port, "
-                "as the pairs are measured): nothing is known of its GPUs and ports.").format(
-                host=host)))
+                "Its health could not be read over SSH (the job's user and port, as the "
+                "pairs are measured): nothing is known of its GPUs and ports.")))
         elif host in read:
             findings += _absolute(host, read[host])
     findings += _counters_far_above(hosts, read)
@@ -87,19 +86,19 @@ def _absolute(host: str, node: NodeHealth) -> List[Finding]:
     if node.gpu_error:
         out.append(Finding(host, "gpus-unread", "", _("nvidia-smi: {error}").format(
             error=node.gpu_error), _(
-            "nvidia-smi is on {host} but could not read its GPUs: the NVIDIA driver is not "
+            "nvidia-smi is there but could not read the GPUs: the NVIDIA driver is not "
             "loaded or not the tool's version, a GPU fell off the bus, or the container was "
             "started without its GPUs. Nothing is known of their health; run nvidia-smi there, "
-            "or ask the platform.").format(host=host)))
+            "or ask the platform.")))
     for p in node.ports:
         n = p.counters.get("link_downed", 0)
         if n > 0:
             out.append(Finding(host, "link-downed", p.name, _(
                 "{port}: link_downed {n}").format(port=p.name, n=n), _(
-                "Port {port} of {host} lost its link {n} times since its counters were "
-                "cleared: a flapping cable or switch port, which stalls or fails the jobs "
-                "crossing it; ask the platform to check the cable and the switch "
-                "port.").format(port=p.name, host=host, n=n)))
+                "Port {port} lost its link {n} times since its counters were cleared: a "
+                "flapping cable or switch port, which stalls or fails the jobs crossing it; "
+                "ask the platform to check the cable and the switch port.").format(
+                port=p.name, n=n)))
     return out
 
 
@@ -109,27 +108,24 @@ def _gpu(host: str, g: GpuHealth) -> List[Finding]:
         out.append(Finding(host, "ecc-uncorrected", g.name, _(
             "{gpu}: {n} uncorrected ECC errors since the driver loaded").format(
             gpu=g.name, n=g.ecc_uncorrected), _(
-            "The memory of {gpu} on {host} returned data it could not correct: jobs on it "
-            "crash or compute wrong results. Drain the node and reset the GPU (or reboot); "
-            "if the errors come back, ask the platform to replace it.").format(
-            gpu=g.name, host=host)))
+            "The memory of {gpu} returned data it could not correct: jobs on it crash or "
+            "compute wrong results. Drain the node and reset the GPU (or reboot); if the "
+            "errors come back, ask the platform to replace it.").format(gpu=g.name)))
     if g.retired_pending:
         out.append(Finding(host, "retired-pending", g.name, _(
             "{gpu}: memory pages wait to be retired").format(gpu=g.name), _(
-            "Pages of {gpu} on {host} with ECC errors are retired only when the driver "
-            "reloads: reset the GPU or reboot the node before the next job.").format(
-            gpu=g.name, host=host)))
+            "Pages of {gpu} with ECC errors are retired only when the driver reloads: reset "
+            "the GPU or reboot the node before the next job.").format(gpu=g.name)))
     if g.remap_failed:
         out.append(Finding(host, "remap-failed", g.name, _(
             "{gpu}: row remapping failed").format(gpu=g.name), _(
-            "{gpu} on {host} has no spare memory rows left for its failing ones: ask the "
-            "platform to replace the GPU.").format(gpu=g.name, host=host)))
+            "{gpu} has no spare memory rows left for its failing ones: ask the platform to "
+            "replace the GPU.").format(gpu=g.name)))
     elif g.remap_pending:
         out.append(Finding(host, "remap-pending", g.name, _(
             "{gpu}: memory rows wait to be remapped").format(gpu=g.name), _(
-            "Rows of {gpu} on {host} with errors are remapped only when the GPU resets: "
-            "reset it (nvidia-smi -r) or reboot the node before the next job.").format(
-            gpu=g.name, host=host)))
+            "Rows of {gpu} with errors are remapped only when the GPU resets: reset it "
+            "(nvidia-smi -r) or reboot the node before the next job.").format(gpu=g.name)))
     return out
 
 
@@ -151,10 +147,10 @@ def _counters_far_above(hosts: Tuple[str, ...], read: Dict[str, NodeHealth]) -> 
                 out.append(Finding(host, "ib-errors", worst.name, _(
                     "{port}: {counter} {n}, the fleet's median {median:g}").format(
                     port=worst.name, counter=counter, n=total, median=median), _(
-                    "{counter} of {host}'s ports is far above the other instances': a "
-                    "degraded cable, transceiver or switch port slows or breaks the transfers "
-                    "crossing it; ask the platform to check {port}.").format(
-                    counter=counter, host=host, port=worst.name)))
+                    "{counter} of its ports is far above the other instances': a degraded "
+                    "cable, transceiver or switch port slows or breaks the transfers crossing "
+                    "it; ask the platform to check {port}.").format(
+                    counter=counter, port=worst.name)))
     return out
 
 
@@ -179,9 +175,9 @@ def _gpus_fewer(hosts: Tuple[str, ...], read: Dict[str, NodeHealth]) -> List[Fin
         if not read[host].smi:
             seen += " " + _("(no nvidia-smi)")
         out.append(Finding(host, "gpus-fewer", "", seen, _(
-            "GPUs missing from {host}: one fell off the bus (XID 79), its driver is not "
-            "loaded, or the container was given fewer; a job with ranks on every GPU fails "
-            "there. Ask the platform.").format(host=host)))
+            "GPUs missing: one fell off the bus (XID 79), its driver is not loaded, or the "
+            "container was given fewer; a job with ranks on every GPU fails there. Ask the "
+            "platform.")))
     return out
 
 
@@ -199,9 +195,8 @@ def _nvlinks_fewer(hosts: Tuple[str, ...], read: Dict[str, NodeHealth],
                          for g in read[host].nvlink if g.inactive or not g.active)
         seen = _("{n} NVLinks active, the others {usual}").format(n=n, usual=usual)
         out.append(Finding(host, "nvlink-fewer", "", seen + (f" ({down})" if down else ""), _(
-            "NVLinks down on {host}: traffic between its GPUs goes the slower way (PCIe) or "
-            "NCCL fails; ask the platform (a GPU reset, the fabric manager, or a "
-            "repair).").format(host=host)))
+            "NVLinks down: traffic between its GPUs goes the slower way (PCIe) or NCCL "
+            "fails; ask the platform (a GPU reset, the fabric manager, or a repair).")))
     return out
 
 
