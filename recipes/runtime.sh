@@ -786,11 +786,14 @@ _hw_rt_lookup() {
 _hw_rt_port_open() { timeout 2 bash -c ': </dev/tcp/"$1"/"$2"' _ "$1" "$2" 2>/dev/null; }
 
 # _hw_rt_greeting HOST PORT: the first line the server on PORT sends unasked (an SSH
-# server's: SSH-2.0-...); nothing when the port is closed or the server says nothing.
+# server's: SSH-2.0-..., at most 255 bytes by RFC 4253), only its letters, digits, blanks
+# and .,:;_+~()@=- kept; nothing when the port is closed or the server says nothing.
 # shellcheck disable=SC2016  # as above
 _hw_rt_greeting() {
-  timeout 3 bash -c 'exec 3<>"/dev/tcp/$1/$2" && IFS= read -r -t 2 line <&3 && printf "%s\n" "$line"' \
-    _ "$1" "$2" 2>/dev/null
+  local line
+  line=$(timeout 3 bash -c 'exec 3<>"/dev/tcp/$1/$2" && IFS= read -r -n 255 -t 2 line <&3 && printf "%s" "$line"' \
+    _ "$1" "$2" 2>/dev/null) || return 0
+  printf '%s\n' "${line//[!$_HW_RT_ALNUM .,:;_+~()@=-]/}"
 }
 
 # hw_rt_sshd PORT: an sshd listening on PORT; one already listening is used as it is, never
@@ -810,9 +813,9 @@ hw_rt_sshd() {
   : "$config" "$systemd" "$unit"  # read by _hw_sshd_pid and _hw_sshd_exec
   # An SSH server's greeting says enough: finding its pid reads every process in /proc, a
   # tenth of a second of CPU on a busy node, paid by every instance as the job starts.
-  greeting=$(_hw_rt_greeting 127.0.0.1 "$port") || true
+  greeting=$(_hw_rt_greeting 127.0.0.1 "$port")
   if [[ $greeting == SSH-* ]]; then
-    _hw_rt_log "an SSH server already listens on port $port: ${greeting//[^[:print:]]/}"
+    _hw_rt_log "an SSH server already listens on port $port: $greeting"
     return 0
   fi
   if _hw_rt_port_open 127.0.0.1 "$port"; then
@@ -970,7 +973,7 @@ hw_rt_end_tell() {
   local host=$1 port=$2 status=$3 dir=$4
   shift 4
   ssh "$@" -o BatchMode=yes -o ConnectTimeout=5 -p "$port" "$host" \
-    "umask 077 && mkdir -p $dir && echo $status > $dir/done.$host.part && mv -f $dir/done.$host.part $dir/done.$host && { [ ! -p $dir/wake.$host ] || echo 1<>$dir/wake.$host || :; }" \
+    "umask 077 && mkdir -p $dir && echo $status > $dir/done.$host.part && mv -f $dir/done.$host.part $dir/done.$host && { [ ! -p $dir/wake.$host ] || echo wake 1<>$dir/wake.$host || :; }" \
     </dev/null
 }
 

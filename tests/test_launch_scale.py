@@ -678,12 +678,15 @@ def test_the_end_of_the_job_wakes_a_resting_worker_at_once(tmp_path):
         ["bash", "-c", runtime.library() + '\nhw_rt_wake "$1" || exit 9\necho resting\n'
          'hw_rt_rest 600\necho "$(< "$2")"', "hw_rt", str(wake), str(run_dir / "done.node02")],
         stdout=subprocess.PIPE, text=True)
-    assert rest.stdout.readline() == "resting\n"
-    tell = subprocess.run(
-        ["bash", "-c", runtime.library() + '\nhw_rt_end_tell node02 2222 7 .hpcwizard/launch'],
-        env=fk["env"], capture_output=True, text=True, timeout=60)
-    assert tell.returncode == 0, tell.stderr
-    out, _ = rest.communicate(timeout=60)
+    try:
+        assert rest.stdout.readline() == "resting\n"
+        tell = subprocess.run(
+            ["bash", "-c", runtime.library() + '\nhw_rt_end_tell node02 2222 7 .hpcwizard/launch'],
+            env=fk["env"], capture_output=True, text=True, timeout=60)
+        assert tell.returncode == 0, tell.stderr
+        out, _ = rest.communicate(timeout=60)
+    finally:
+        rest.kill()
     assert (rest.returncode, out) == (0, "7\n")
     assert wake.is_fifo() and wake.stat().st_mode & 0o777 == 0o600
 
@@ -709,11 +712,17 @@ def test_a_worker_told_ends_and_takes_its_fifo_away(tmp_path):
     env = {**fk["env"], "HOSTS": "node01,node02", "FIRST_GONE_AFTER": "600"}
     proc, seen = _worker_waiting(tmp_path, env)
     wake = fk["home"] / ".hpcwizard/launch/wake.node02"
-    assert wake.is_fifo()
-    tell = subprocess.run(
-        ["bash", "-c", runtime.library() + '\nhw_rt_end_tell node02 2222 4 .hpcwizard/launch'],
-        env=fk["env"], capture_output=True, text=True, timeout=60)
-    assert tell.returncode == 0, tell.stderr
-    _, err = proc.communicate(timeout=60)
+    try:
+        assert wake.is_fifo()
+        # it rests on that FIFO: the tell's line reaches it (one second's look would hide it)
+        fds = Path(f"/proc/{proc.pid}/fd")
+        assert str(wake) in {os.readlink(fd) for fd in fds.iterdir()}, "".join(seen)
+        tell = subprocess.run(
+            ["bash", "-c", runtime.library() + '\nhw_rt_end_tell node02 2222 4 .hpcwizard/launch'],
+            env=fk["env"], capture_output=True, text=True, timeout=60)
+        assert tell.returncode == 0, tell.stderr
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
     assert proc.returncode == 4, "".join(seen) + err
     assert not wake.exists()

@@ -239,6 +239,7 @@ if [ "$RANK" -ne 0 ]; then
   if [ "$gone_after" -gt 0 ]; then look_for_daemon; fi
   # the first instance's word ends the rest below at once, not at the next second
   WAKE="$RUN_DIR/wake.$ME"
+  trap 'rm -f "$WAKE"' EXIT
   hw_rt_wake "$WAKE" || log "no FIFO at $WAKE: the end of the job is seen within a second"
   log "waiting for $FIRST to run the job"
   # the marker holds the job's status; one caught while being written is read again
@@ -288,7 +289,7 @@ if [ "$RANK" -ne 0 ]; then
       fi
     fi
   done
-  rm -f "$DONE" "$WAKE"
+  rm -f "$DONE"
   log "the job ended with status $rc"
   exit "$rc"
 fi
