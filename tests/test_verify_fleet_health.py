@@ -292,10 +292,25 @@ def test_instances_with_the_same_findings_share_one_line():
     read["n3"] = healthy(gpus=6)
     lines = health_lines(judge(hosts(), read, {"n8": "ssh: connect to host n8: refused"}))
     nodes = [line for line in lines if not line.startswith("  ")]
-    assert nodes == [f"NODE n2, n5, n7 (3 of 8): nvidia-smi: {NO_DRIVER}",
+    assert nodes == [f"NODE 3 of 8 instances: nvidia-smi: {NO_DRIVER}",
                      "NODE n3: 6 GPUs, the others 8",
                      "NOT READ n8: ssh: connect to host n8: refused"], lines
-    assert len(lines) == 2 * len(nodes)  # one meaning under each
+    assert lines[1] == "  n2, n5, n7"
+    assert len(lines) == 2 * len(nodes) + 1  # one meaning under each
+
+
+def test_a_set_of_many_alike_names_what_is_wrong_before_its_hosts():
+    """Every line is cut at 300 characters: 40 of 64 long names still leave the finding on
+    its line, and every name is listed."""
+    from hpcwizard.report_fleet import health_lines
+
+    names = tuple(f"gpu-node-{i:03d}.cluster.example" for i in range(64))
+    read = {h: (unread() if i < 40 else healthy()) for i, h in enumerate(names)}
+    lines = health_lines(judge(names, read, {}))
+    assert lines[0] == f"NODE 40 of 64 instances: nvidia-smi: {NO_DRIVER}"
+    listed = [line for line in lines[1:] if line.startswith("  gpu-node-")]
+    assert all(len(line) <= 90 for line in listed)
+    assert " ".join(line.strip() for line in listed).split(", ") == list(names[:40])
 
 
 def test_nvidia_smi_failing_on_most_instances_leaves_the_others_judged():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import shutil
+import textwrap
 from typing import Callable, Dict, List
 
 from rich.console import Console
@@ -120,27 +121,31 @@ def format_fleet(v: Verdict, color: bool = False) -> str:
 
 def health_lines(h: HealthVerdict) -> List[str]:
     """'NODE node3: GPU 2 (...): 4 uncorrected ECC errors ...; mlx5_0:1: link_downed 3', each
-    meaning under it; instances with the same findings on one line ('NODE n2, n5 (2 of 8):
-    ...', 'NODE every instance (64): ...'); 'NOT READ node5: ...'; or '8 instances alike:
-    8 GPUs, ...'."""
+    meaning under it; instances with the same findings on one line ('NODE 2 of 8 instances:
+    ...', their names under it; 'NODE every instance (64): ...'); 'NOT READ node5: ...'; or
+    '8 instances alike: 8 GPUs, ...'."""
     alike: Dict[tuple, List[str]] = {}  # the same findings -> their hosts, in the job's order
     for host, findings in h.named().items():
         alike.setdefault(tuple((f.kind, f.seen, f.meaning) for f in findings), []).append(host)
     out: List[str] = []
     for findings, hosts in alike.items():
+        # a set's count first, its hosts on lines of their own: a line is cut at 300
+        # characters, and 64 names must not cut off what is wrong with them
         if len(hosts) == 1:
             who = hosts[0]
         elif len(hosts) == len(h.hosts):
             who = _("every instance ({n})").format(n=len(hosts))
         else:
-            who = _("{hosts} ({n} of {total})").format(hosts=", ".join(hosts), n=len(hosts),
-                                                      total=len(h.hosts))
+            who = _("{n} of {total} instances").format(n=len(hosts), total=len(h.hosts))
         unread = [seen for kind, seen, _meaning in findings if kind == "not-read"]
         if unread:
             out.append(visible(_("NOT READ {host}: {line}").format(host=who, line=unread[0])))
         else:
             out.append(visible(_("NODE {host}: {seen}").format(
                 host=who, seen="; ".join(seen for _kind, seen, _meaning in findings))))
+        if 1 < len(hosts) < len(h.hosts):
+            out += ["  " + visible(line) for line in textwrap.wrap(
+                ", ".join(hosts), 88, break_long_words=False, break_on_hyphens=False)]
         out += ["  " + visible(m) for m in dict.fromkeys(m for _k, _s, m in findings)]
     if h.ok:
         out.append(_("{n} instances alike: {what}").format(n=len(h.hosts),
