@@ -666,6 +666,14 @@ def _fake_ssh_runs_the_command(tmp_path, fk):
         f'#!/bin/bash\n{_SSH_HOST}echo "ssh $h" >> {fk["log"]}\ncd {fk["home"]} && exec sh -c "${{@: -1}}"\n')
 
 
+def _tell(fk, status: int) -> None:
+    """The first instance's word to node02, as its launch script says it (hw_rt_end_tell)."""
+    tell = subprocess.run(
+        ["bash", "-c", runtime.library() + f'\nhw_rt_end_tell node02 2222 {status} .hpcwizard/launch'],
+        env=fk["env"], capture_output=True, text=True, timeout=60)
+    assert tell.returncode == 0, tell.stderr
+
+
 def test_the_end_of_the_job_wakes_a_resting_worker_at_once(tmp_path):
     """The worker rests on its FIFO; the first instance's word writes the marker, then a
     line into it: a rest of ten minutes ends then, not when its time is up."""
@@ -680,10 +688,7 @@ def test_the_end_of_the_job_wakes_a_resting_worker_at_once(tmp_path):
         stdout=subprocess.PIPE, text=True)
     try:
         assert rest.stdout.readline() == "resting\n"
-        tell = subprocess.run(
-            ["bash", "-c", runtime.library() + '\nhw_rt_end_tell node02 2222 7 .hpcwizard/launch'],
-            env=fk["env"], capture_output=True, text=True, timeout=60)
-        assert tell.returncode == 0, tell.stderr
+        _tell(fk, 7)
         out, _ = rest.communicate(timeout=60)
     finally:
         rest.kill()
@@ -699,10 +704,7 @@ def test_telling_a_worker_gone_from_its_fifo_never_blocks(tmp_path):
     run_dir = fk["home"] / ".hpcwizard/launch"
     run_dir.mkdir(parents=True)
     os.mkfifo(run_dir / "wake.node02", 0o600)
-    tell = subprocess.run(
-        ["bash", "-c", runtime.library() + '\nhw_rt_end_tell node02 2222 0 .hpcwizard/launch'],
-        env=fk["env"], capture_output=True, text=True, timeout=60)
-    assert tell.returncode == 0, tell.stderr
+    _tell(fk, 0)
     assert (run_dir / "done.node02").read_text() == "0\n"
 
 
@@ -717,10 +719,7 @@ def test_a_worker_told_ends_and_takes_its_fifo_away(tmp_path):
         # it rests on that FIFO: the tell's line reaches it (one second's look would hide it)
         fds = Path(f"/proc/{proc.pid}/fd")
         assert str(wake) in {os.readlink(fd) for fd in fds.iterdir()}, "".join(seen)
-        tell = subprocess.run(
-            ["bash", "-c", runtime.library() + '\nhw_rt_end_tell node02 2222 4 .hpcwizard/launch'],
-            env=fk["env"], capture_output=True, text=True, timeout=60)
-        assert tell.returncode == 0, tell.stderr
+        _tell(fk, 4)
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
