@@ -567,6 +567,9 @@ def test_a_worker_asks_only_once_the_mpi_daemon_here_has_ended(tmp_path):
     err = "".join(seen) + err
     assert proc.returncode == 6, err
     assert _asks(fk) == 1, _calls(fk)
+    # said once, though looked at every second while it ran
+    assert err.count("node01 started the job here") == 1, err
+    assert "launch[node02]: node01 started the job here (its MPI daemon: pid 4242)\n" in err, err
     assert err.strip().splitlines()[-1].endswith(
         "the job ended with status 6 (from node01's record: it could not tell this instance)")
 
@@ -622,6 +625,9 @@ def test_a_worker_started_into_a_running_job_knows_the_first_instance_has_answer
     err = "".join(seen) + err
     assert proc.returncode == 3 and "not ready after" not in err, err
     assert "node01 (the first instance) has not answered on port 2222 for " in err, err
+    lines = [line.split(": ", 1)[1] for line in err.splitlines()]
+    assert lines.index("node01 started the job here (its MPI daemon: pid 4242)") == \
+        lines.index("waiting for node01 to run the job") + 1, err
 
 
 def _gone(pid: int) -> bool:
@@ -708,6 +714,17 @@ def test_telling_a_worker_gone_from_its_fifo_never_blocks(tmp_path):
     assert (run_dir / "done.node02").read_text() == "0\n"
 
 
+def _open_files(pid: int) -> set:
+    """What pid holds open now (its fds come and go while it is read)."""
+    found = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            found.add(os.readlink(fd))
+        except FileNotFoundError:
+            pass
+    return found
+
+
 def test_a_worker_told_ends_and_takes_its_fifo_away(tmp_path):
     fk = _fakes(tmp_path, "node02", HOSTS)
     _fake_ssh_runs_the_command(tmp_path, fk)
@@ -717,8 +734,7 @@ def test_a_worker_told_ends_and_takes_its_fifo_away(tmp_path):
     try:
         assert wake.is_fifo()
         # it rests on that FIFO: the tell's line reaches it (one second's look would hide it)
-        fds = Path(f"/proc/{proc.pid}/fd")
-        assert str(wake) in {os.readlink(fd) for fd in fds.iterdir()}, "".join(seen)
+        _wait_until(lambda: str(wake) in _open_files(proc.pid))
         _tell(fk, 4)
         _, err = proc.communicate(timeout=60)
     finally:

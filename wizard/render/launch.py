@@ -227,7 +227,9 @@ if [ "$RANK" -ne 0 ]; then
   look_for_daemon() {
     looked=$SECONDS
     if hw_rt_mpi_daemon; then
-      # mpirun on the first instance started it over SSH: the first has answered
+      # mpirun on the first instance started it over SSH: the first has answered. Said once
+      # a run: a worker that never says it was not reached by mpirun.
+      [ "$daemon" = running ] || log "$FIRST started the job here (its MPI daemon: pid $HW_RT_DAEMON_PID)"
       daemon=running daemon_ended="" answered=${answered:-$SECONDS}
     elif [ "$daemon" = running ]; then
       # the asks of workers not told spread over half a period, not all at one moment
@@ -235,13 +237,13 @@ if [ "$RANK" -ne 0 ]; then
       ask_at=$((SECONDS + END_GRACE + RANDOM % (ask_every / 2 + 1)))
     fi
   }
-  # a worker started into a running job finds its daemon before the job can end unseen
-  if [ "$gone_after" -gt 0 ]; then look_for_daemon; fi
   # the first instance's word ends the rest below at once, not at the next second
   WAKE="$RUN_DIR/wake.$ME"
   trap 'rm -f "$WAKE"' EXIT
   hw_rt_wake "$WAKE" || log "no FIFO at $WAKE: the end of the job is seen within a second"
   log "waiting for $FIRST to run the job"
+  # a worker started into a running job finds its daemon before the job can end unseen
+  if [ "$gone_after" -gt 0 ]; then look_for_daemon; fi
   # the marker holds the job's status; one caught while being written is read again
   done_rc() { { read -r rc < "$DONE"; } 2>/dev/null && [[ $rc =~ ^[0123456789]{1,3}$ ]]; }
   while ! done_rc; do
