@@ -117,6 +117,9 @@ def test_a_worker_the_end_cannot_reach_ends_by_itself_and_is_named(setup, order,
             for n in workers:
                 procs[n] = start(c, n, argv, run_env)
                 _until(procs[n], "to run the job", seen[n])
+        # node3 has seen the first instance answer (its daemon here is that answer): a
+        # worker that never had would rightly say the first never came, not that it is gone
+        _until(procs["node3"], "node1 started the job here", seen["node3"])
         _block_ssh(c, "node3", both_ways)
         _stop_sharing(c, "node1", "node3")
         blocked = time.monotonic()
@@ -185,6 +188,8 @@ def test_a_worker_ends_by_itself_when_the_first_instance_dies_before_its_record(
         first = start(c, "node1", argv, run_env)
         try:
             _wait_files([c.tmp / f"started.{n}" for n in c.names])
+            # the worker has seen its daemon: its end is what the worker goes by
+            _until(worker, "node1 started the job here", seen)
             # the script first, so that it cannot keep a record once mpirun is gone
             doomed = [first.pid] + _descendants(first.pid)
             for pid in doomed:
