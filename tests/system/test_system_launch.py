@@ -8,7 +8,6 @@ Root only, HPCWIZARD_SYSTEM_TESTS=1 (conftest.py skips otherwise)."""
 from __future__ import annotations
 
 import subprocess
-import time
 
 import pytest
 
@@ -38,6 +37,16 @@ def start(c: VCluster, node: str, argv: list, env: dict) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, env=env, cwd="/")
 
 
+def until_line(proc: subprocess.Popen, text: str, seen: list) -> None:
+    """Read proc's stderr until a line holds text (the state, not the clock); the lines
+    read go to seen, for the report."""
+    for line in proc.stderr:
+        seen.append(line)
+        if text in line:
+            return
+    raise AssertionError(f"no line with {text!r}:\n{''.join(seen)}")
+
+
 def finish(procs: dict, timeout: float = 180) -> dict:
     out = {}
     for node, p in procs.items():
@@ -62,10 +71,14 @@ def test_launch_script_runs_an_mpi_job_on_three_instances(setup):
         assert cc.returncode == 0, f"mpicc failed{show(cc)}"
         run_env = dict(env, HOSTS="node1,node2,node3", WAIT_TRIES="6", WORKER_TIMEOUT="150")
         argv = ["bash", script, "--", str(exe)]
-        procs = {n: start(c, n, argv, run_env) for n in ("node2", "node3")}
-        time.sleep(1.0)  # workers first, as when each instance's own sshd comes up with it
+        # workers first, as when each instance's own sshd comes up with it
+        procs, seen = {}, {n: [] for n in c.names}
+        for n in ("node2", "node3"):
+            procs[n] = start(c, n, argv, run_env)
+            until_line(procs[n], "waiting for node1", seen[n])
         procs["node1"] = start(c, "node1", argv, run_env)
         res = finish(procs)
+        res = {n: (rc, so, "".join(seen[n]) + se) for n, (rc, so, se) in res.items()}
         report = "".join(f"\n--- {n}: exit {rc}\n{so}\n{se}" for n, (rc, so, se) in res.items())
         assert all(rc == 0 for rc, _, _ in res.values()), report
         assert "HPCWIZARD-MPI size=3 sum=3" in res["node1"][1], report

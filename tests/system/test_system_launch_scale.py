@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from _verify_cluster import PORT, VCluster, applied, start_nodes
-from test_system_launch import export, finish, start
+from test_system_launch import export, finish, start, until_line
 
 pytestmark = pytest.mark.system
 
@@ -58,15 +58,6 @@ def _stop_sharing(c: VCluster, node: str, peer: str) -> None:
     proc = c.run(node, ["ssh", "-o", "ControlPath=~/.hpcwizard/launch/%C", "-O", "stop",
                         "-p", str(PORT), peer], timeout=30)
     assert proc.returncode == 0, f"no shared connection from {node} to {peer}: {proc.stderr}"
-
-
-def _until(proc: subprocess.Popen, text: str, seen: list) -> None:
-    """Read proc's stderr until a line holds text (the state, not the clock)."""
-    for line in proc.stderr:
-        seen.append(line)
-        if text in line:
-            return
-    raise AssertionError(f"no line with {text!r}:\n{''.join(seen)}")
 
 
 def _ended_at(procs: dict, limit: float = 180) -> dict:
@@ -108,7 +99,7 @@ def test_a_worker_the_end_cannot_reach_ends_by_itself_and_is_named(setup, order,
         if order == "workers first":
             for n in workers:
                 procs[n] = start(c, n, argv, run_env)
-                _until(procs[n], "waiting for node1", seen[n])
+                until_line(procs[n], "waiting for node1", seen[n])
             procs["node1"] = start(c, "node1", argv, run_env)
         else:
             procs["node1"] = start(c, "node1", argv, run_env)
@@ -116,10 +107,10 @@ def test_a_worker_the_end_cannot_reach_ends_by_itself_and_is_named(setup, order,
         if order != "workers first":  # the job already runs on them when they start
             for n in workers:
                 procs[n] = start(c, n, argv, run_env)
-                _until(procs[n], "to run the job", seen[n])
+                until_line(procs[n], "to run the job", seen[n])
         # node3 has seen the first instance answer (its daemon here is that answer): a
         # worker that never had would rightly say the first never came, not that it is gone
-        _until(procs["node3"], "node1 started the job here", seen["node3"])
+        until_line(procs["node3"], "node1 started the job here", seen["node3"])
         _block_ssh(c, "node3", both_ways)
         _stop_sharing(c, "node1", "node3")
         blocked = time.monotonic()
@@ -184,12 +175,12 @@ def test_a_worker_ends_by_itself_when_the_first_instance_dies_before_its_record(
         argv = ["bash", script, "--", "bash", "-c", job]
         seen: list = []
         worker = start(c, "node2", argv, run_env)
-        _until(worker, "waiting for node1", seen)
+        until_line(worker, "waiting for node1", seen)
         first = start(c, "node1", argv, run_env)
         try:
             _wait_files([c.tmp / f"started.{n}" for n in c.names])
             # the worker has seen its daemon: its end is what the worker goes by
-            _until(worker, "node1 started the job here", seen)
+            until_line(worker, "node1 started the job here", seen)
             # the script first, so that it cannot keep a record once mpirun is gone
             doomed = [first.pid] + _descendants(first.pid)
             for pid in doomed:

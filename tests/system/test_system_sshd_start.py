@@ -63,6 +63,15 @@ def wait_listening(port: int, pid: int, timeout: float = 30.0) -> None:
         time.sleep(0.05)
 
 
+def wait_ports(want: "dict[int, Set[int]]", timeout: float = 30.0) -> None:
+    """Until each port is listened on by exactly its pids: sshd re-executes on SIGHUP and
+    binds its ports one after another, so one port's listener says nothing of the next."""
+    end = time.monotonic() + timeout
+    while {port: pids_of(port) for port in want} != want:
+        assert time.monotonic() < end, {port: listeners(port) for port in want}
+        time.sleep(0.05)
+
+
 @pytest.fixture
 def ipv4_holder(installed: None):
     """python3 as 'nobody' on 0.0.0.0:PORT; its pid, once it listens."""
@@ -134,17 +143,12 @@ def test_an_sshd_serving_22_keeps_serving_it_and_undo_leaves_it_running(sshd_on_
         data = load(rec)
         assert data["status"] == "done", step_table(data)
         # the same process, reloaded: the new port and the one it served
-        wait_listening(PORT, sshd_on_22)
-        assert pids_of(PORT) == {sshd_on_22} and pids_of(22) == {sshd_on_22}, \
-            (listeners(PORT), listeners(22))
+        wait_ports({PORT: {sshd_on_22}, 22: {sshd_on_22}})
     finally:
         problems = runs.undo_all()
     assert not problems, "".join(problems)
     os.kill(sshd_on_22, 0)  # undo did not stop an sshd it did not start
-    assert pids_of(22) == {sshd_on_22}
-    end = time.monotonic() + 30
-    while pids_of(PORT):  # SIGHUP re-executes sshd: it drops 2222 once it has re-read
-        assert time.monotonic() < end, listeners(PORT)
-        time.sleep(0.05)
+    # undo's SIGHUP re-executes sshd: 22 bound again, 2222 dropped once it has re-read
+    wait_ports({22: {sshd_on_22}, PORT: set()})
     after = snapshot(*ROOTS)
     assert after == before, f"after undo:\n{diff(before, after)}"
