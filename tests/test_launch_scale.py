@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from _pipes import lines
 from test_launch import HOSTS, _fakes, _run, plan
 
 from hpcwizard import runtime
@@ -44,7 +45,7 @@ def _worker_waiting(tmp_path, env, script=None):
     proc = subprocess.Popen(["bash", str(script), "--", "hostname"], env=env,
                             stderr=subprocess.PIPE, text=True)
     seen = []
-    for line in proc.stderr:
+    for line in lines(proc.stderr):
         seen.append(line)
         if "waiting for node01 to run the job" in line:
             break

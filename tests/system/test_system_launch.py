@@ -11,6 +11,7 @@ import subprocess
 
 import pytest
 
+from _pipes import lines
 from _verify_cluster import VCluster, applied, show, start_nodes, wizard_exe
 from hpcwizard.verify import ALLREDUCE_PY, MPI_ALLREDUCE_C
 
@@ -40,7 +41,7 @@ def start(c: VCluster, node: str, argv: list, env: dict) -> subprocess.Popen:
 def until_line(proc: subprocess.Popen, text: str, seen: list) -> None:
     """Read proc's stderr until a line holds text (the state, not the clock); the lines
     read go to seen, for the report."""
-    for line in proc.stderr:
+    for line in lines(proc.stderr):
         seen.append(line)
         if text in line:
             return
