@@ -3,7 +3,8 @@ rest later with communicate()."""
 from __future__ import annotations
 
 import os
-from typing import IO, Iterator
+import subprocess
+from typing import IO, Iterator, List
 
 
 def lines(stream: IO[str]) -> Iterator[str]:
@@ -21,3 +22,13 @@ def lines(stream: IO[str]) -> Iterator[str]:
             line.clear()
         if not byte:
             return
+
+
+def until_line(proc: subprocess.Popen, text: str, seen: List[str]) -> None:
+    """Read proc's stderr until a line holds text (the state, not the clock); the lines
+    read go to seen, for the report."""
+    for line in lines(proc.stderr):
+        seen.append(line)
+        if text in line:
+            return
+    raise AssertionError(f"no line with {text!r}:\n{''.join(seen)}")

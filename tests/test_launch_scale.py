@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from _pipes import lines
+from _pipes import until_line
 from test_launch import HOSTS, _fakes, _run, plan
 
 from hpcwizard import runtime
@@ -44,11 +44,8 @@ def _worker_waiting(tmp_path, env, script=None):
     script = script or _script(tmp_path)
     proc = subprocess.Popen(["bash", str(script), "--", "hostname"], env=env,
                             stderr=subprocess.PIPE, text=True)
-    seen = []
-    for line in lines(proc.stderr):
-        seen.append(line)
-        if "waiting for node01 to run the job" in line:
-            break
+    seen: list = []
+    until_line(proc, "waiting for node01 to run the job", seen)
     return proc, seen
 
 

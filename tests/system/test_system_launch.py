@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from _pipes import lines
+from _pipes import until_line
 from _verify_cluster import VCluster, applied, show, start_nodes, wizard_exe
 from hpcwizard.verify import ALLREDUCE_PY, MPI_ALLREDUCE_C
 
@@ -36,16 +36,6 @@ def export(c: VCluster, env: dict, framework: str) -> str:
 def start(c: VCluster, node: str, argv: list, env: dict) -> subprocess.Popen:
     return subprocess.Popen(c.argv(node, argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, cwd="/")
-
-
-def until_line(proc: subprocess.Popen, text: str, seen: list) -> None:
-    """Read proc's stderr until a line holds text (the state, not the clock); the lines
-    read go to seen, for the report."""
-    for line in lines(proc.stderr):
-        seen.append(line)
-        if text in line:
-            return
-    raise AssertionError(f"no line with {text!r}:\n{''.join(seen)}")
 
 
 def finish(procs: dict, timeout: float = 180) -> dict:

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from _pipes import until_line
 from _verify_cluster import PORT, VCluster, applied, start_nodes
-from test_system_launch import export, finish, start, until_line
+from test_system_launch import export, finish, start
 
 pytestmark = pytest.mark.system
 

@@ -227,8 +227,8 @@ if [ "$RANK" -ne 0 ]; then
   look_for_daemon() {
     looked=$SECONDS
     if hw_rt_mpi_daemon; then
-      # mpirun on the first instance started it over SSH: the first has answered. Said once
-      # a run: a worker that never says it was not reached by mpirun.
+      # mpirun on the first instance started it over SSH: the first has answered. Said as
+      # it appears: a worker whose log never says it was not reached by mpirun.
       [ "$daemon" = running ] || log "$FIRST started the job here (its MPI daemon: pid $HW_RT_DAEMON_PID)"
       daemon=running daemon_ended="" answered=${answered:-$SECONDS}
     elif [ "$daemon" = running ]; then
