@@ -15,9 +15,11 @@
 #   hw_rt_slots SLOTS NP                             -> HW_RT_HOST_SLOTS, HW_RT_NP
 #   hw_rt_write_hostfile FILE SLOTS NAME...          'NAME slots=N' lines
 #   hw_rt_end_record FILE STATUS                     the first instance's record of the end
-#   hw_rt_end_tell HOST PORT STATUS DIR [OPT...]     a worker's end-of-job marker, over ssh
+#                                                    -> HW_RT_END_TIME (the end's name)
+#   hw_rt_end_tell HOST PORT STATUS TIME DIR [OPT...]  a worker's end-of-job marker, over ssh
 #   hw_rt_clock VAR                                  -> VAR: microseconds
-#   hw_rt_end_ask HOST PORT DIR START                -> HW_RT_END_STATUS, from HOST's record
+#   hw_rt_end_ask HOST PORT DIR START                -> HW_RT_END_STATUS, HW_RT_END_TIME, from
+#                                                    HOST's record
 #   hw_rt_mpi_daemon [PROC]                          the job's MPI daemon runs here
 #   hw_rt_iface VAR VALUE                            interfaces or subnets -> HW_RT_VALUE
 #   hw_rt_address VAR VALUE                          a host name or address -> HW_RT_VALUE
@@ -953,27 +955,35 @@ hw_rt_write_hostfile() {
 # there). A record holds 'STATUS MICROSECONDS', the time by the first instance's clock: a
 # worker compares the record's age with its own wait, two durations in microseconds, so no
 # two clocks are compared and an earlier run's record is never taken for this one's. Where
-# a clock has only whole seconds, each side errs towards calling a record older.
+# a clock has only whole seconds, each side errs towards calling a record older. The
+# marker holds the same two words: the record's time names this end, so that a worker
+# knows an end it has already taken (a tell tried again after it arrived).
 
-# hw_rt_end_record FILE STATUS: the record, written whole (never read half written).
-# shellcheck disable=SC2317,SC2329  # the MPI launch uses it; PyTorch's and verify do not
+# hw_rt_end_record FILE STATUS: the record, written whole (never read half written); its
+# time -> HW_RT_END_TIME, also when it could not be written.
+# shellcheck disable=SC2034  # the launch script reads it
+HW_RT_END_TIME=''
+# shellcheck disable=SC2317,SC2329,SC2034  # the MPI launch uses both; PyTorch's and verify do not
 hw_rt_end_record() {
   local t=${EPOCHREALTIME:-}
-  t=${t//[.,]/}
+  t=${t//[!0123456789]/}  # the locale's decimal point
   if [ -z "$t" ]; then printf -v t '%(%s)T000000' -1; fi  # the start of its second: older
+  HW_RT_END_TIME=$t
   (umask 077 && printf '%s %s\n' "$2" "$t" > "$1.part" && mv -f "$1.part" "$1")
 }
 
-# hw_rt_end_tell HOST PORT STATUS DIR [SSH_OPTION...]: one try at HOST's marker
-# DIR/done.HOST, written whole, then a line into the worker's FIFO DIR/wake.HOST when it
-# has one (hw_rt_wake), opened for reading and writing so that it never blocks; the
-# options reach ssh (the launch's connection sharing).
+# hw_rt_end_tell HOST PORT STATUS TIME DIR [SSH_OPTION...]: one try at HOST's marker
+# DIR/done.HOST ('STATUS TIME', TIME the record's), written whole, then a line into the
+# worker's FIFO DIR/wake.HOST when it has one (hw_rt_wake), opened for reading and writing
+# so that it never blocks; the options reach ssh (the launch's connection sharing).
 # shellcheck disable=SC2317,SC2329  # the MPI launch uses it; PyTorch's and verify do not
 hw_rt_end_tell() {
-  local host=$1 port=$2 status=$3 dir=$4
-  shift 4
+  local host=$1 port=$2 status=$3 t=$4 dir=$5
+  shift 5
+  # both reach the remote shell's command line: digits only
+  [[ $status =~ ^[0123456789]{1,3}$ && $t =~ ^[0123456789]{0,19}$ ]] || return 2
   ssh "$@" -o BatchMode=yes -o ConnectTimeout=5 -p "$port" "$host" \
-    "umask 077 && mkdir -p $dir && echo $status > $dir/done.$host.part && mv -f $dir/done.$host.part $dir/done.$host && { [ ! -p $dir/wake.$host ] || echo wake 1<>$dir/wake.$host || :; }" \
+    "umask 077 && mkdir -p $dir && echo $status $t > $dir/done.$host.part && mv -f $dir/done.$host.part $dir/done.$host && { [ ! -p $dir/wake.$host ] || echo wake 1<>$dir/wake.$host || :; }" \
     </dev/null
 }
 
@@ -985,7 +995,8 @@ hw_rt_clock() {
 }
 
 # hw_rt_end_ask HOST PORT DIR START: HOST's record DIR/end.HOST, when HOST wrote it after
-# START (hw_rt_clock, when this worker began to wait) -> HW_RT_END_STATUS. The session is
+# START (hw_rt_clock, when this worker began to wait) -> HW_RT_END_STATUS, and its time by
+# HOST's clock (the end's name, as in the marker) -> HW_RT_END_TIME. The session is
 # opened first, then HOST's clock read: between the two lines of the dialogue, not the
 # whole login, lies the uncertainty, so a record written a second after START is taken.
 # Status 1: no record that young (the job runs, or an earlier run's); 2: HOST was not asked
@@ -996,7 +1007,7 @@ hw_rt_end_ask() {
   local line last='' t1='' said='' rc='' slack=0 pid rfd wfd left
   local re="^hw_end ($_HW_RT_DIGIT{1,19})( ($_HW_RT_DIGIT{1,3}) ($_HW_RT_DIGIT{1,19}))? *\$"
   local deadline=$((SECONDS + _HW_RT_ASK_SECONDS))
-  HW_RT_END_STATUS='' HW_RT_ERROR=''
+  HW_RT_END_STATUS='' HW_RT_END_TIME='' HW_RT_ERROR=''
   if [ -z "${EPOCHREALTIME:-}" ]; then slack=1000000; fi  # whole seconds: err towards older
   # The dialogue: HOST says hw_ready, this side notes its clock and says go, HOST answers
   # with its time (microseconds; a date without %N gives the end of its second: the record
@@ -1050,7 +1061,7 @@ hw_rt_end_ask() {
   if ((10#${BASH_REMATCH[1]} < 10#${BASH_REMATCH[4]})); then return 1; fi
   # written at (t1 - its age) or later by this clock: after START for certain, or not taken
   if ((10#${BASH_REMATCH[1]} - 10#${BASH_REMATCH[4]} >= 10#$t1 - 10#$4 - slack)); then return 1; fi
-  HW_RT_END_STATUS=$((10#${BASH_REMATCH[3]}))
+  HW_RT_END_STATUS=$((10#${BASH_REMATCH[3]})) HW_RT_END_TIME=${BASH_REMATCH[4]}
   return 0
 }
 

@@ -331,7 +331,8 @@ def test_help_lists_the_kubeflow_sources(tmp_path):
 def test_mpi_worker_keeps_a_marker_written_while_it_waits_for_its_peers(tmp_path):
     """The master may finish a short job while a worker still waits for the others (here:
     node01's name resolves on the second try): its end-of-job marker must not be the stale
-    one the worker clears. A marker left by an earlier run is not taken for this run's."""
+    one the worker clears. A marker left for an earlier launch here that ended without it is
+    not taken for this run's."""
     fk = _fakes(tmp_path, "node02", HOSTS)
     getent = tmp_path / "bin/getent"
     once = tmp_path / "getent.failed"
@@ -340,7 +341,8 @@ def test_mpi_worker_keeps_a_marker_written_while_it_waits_for_its_peers(tmp_path
     env = {**fk["env"], "HOSTS": "node01,node02", "WORKER_TIMEOUT": "6", "WAIT_TRIES": "3"}
     marker = fk["home"] / ".hpcwizard/launch/done.node02"
     marker.parent.mkdir(parents=True)
-    marker.write_text("7\n")  # an earlier run's, never told to a worker
+    marker.write_text("7\n")  # an earlier run's, told after its launch here had ended
+    (marker.parent / "taken.node02").write_text("owed\n")  # which ended without its end
     f = tmp_path / "launch.sh"
     f.write_text(launch_script(plan("mpi", "tcp")))
     proc = subprocess.Popen(["bash", str(f), "--", "hostname"], env=env,

@@ -251,6 +251,97 @@ def test_a_worker_whose_first_instance_is_gone_ends_by_itself(tmp_path):
     assert proc.returncode == 3, err
     assert "node01 (the first instance) has not answered on port 2222 for " in last, last
     assert last.endswith("(FIRST_GONE_AFTER=3): ending without the job's status"), last
+    # ended without its end: the next launch here clears a marker that comes late
+    assert (fk["home"] / ".hpcwizard/launch/taken.node02").read_text() == "owed\n"
+
+
+_LATE = re.compile(r"launch\[node02\]: the job had ended, with status (\d+), when this launch "
+                   r"began: node01 told this instance \d+s ago \(it ran the job through the "
+                   r"sshd already up on port 2222 here\)$")
+
+
+def test_a_worker_started_after_its_job_ended_takes_the_end_at_once(tmp_path):
+    """The worker's sshd was up before its launch began, so the first instance ran the job
+    and told its end before then. After a launch here that took its own end, the marker is
+    this run's: the worker ends with its status at once (no sshd, no wait, no ask). The
+    same end told again (a tell tried again after it arrived) is not taken twice."""
+    fk = _fakes(tmp_path, "node02", HOSTS)
+    run_dir = fk["home"] / ".hpcwizard/launch"
+    env = {**fk["env"], "HOSTS": "node01,node02", "FIRST_GONE_AFTER": "3"}
+    proc, seen = _worker_waiting(tmp_path, env)  # the run before, told while it waits
+    (run_dir / "done.node02").write_text("0 1111\n")
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, "".join(seen) + err
+    assert (run_dir / "taken.node02").read_text() == "1111\n"
+
+    (run_dir / "done.node02").write_text("6 2222\n")  # told while no launch here waited
+    before = _calls(fk)
+    r = _run(tmp_path, launch_script(plan("mpi", "tcp")), env, ["--", "hostname"])
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 6, r.stderr
+    assert len(lines) == 2 and lines[0].endswith("(this is node02, rank 1 of 2)"), r.stderr
+    assert _LATE.match(lines[1]) and _LATE.match(lines[1])[1] == "6", r.stderr
+    assert _calls(fk) == before  # no ssh, no mpirun
+    assert not (run_dir / "done.node02").exists()
+    assert (run_dir / "taken.node02").read_text() == "2222\n"
+
+    (run_dir / "done.node02").write_text("6 2222\n")  # the same end, told again
+    proc, seen = _worker_waiting(tmp_path, env)
+    assert not (run_dir / "done.node02").exists(), "".join(seen)
+    (run_dir / "done.node02").write_text("0 3333\n")
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "when this launch began" not in err, "".join(seen) + err
+
+
+def test_a_waiting_worker_does_not_take_the_end_taken_last_told_again(tmp_path):
+    """The last launch here took its end from the first instance's record; a retry of that
+    run's tell lands while the next launch waits. It is not this run's end: cleared, and
+    the worker waits on for the marker that names another end."""
+    fk = _fakes(tmp_path, "node02", HOSTS)
+    run_dir = fk["home"] / ".hpcwizard/launch"
+    run_dir.mkdir(parents=True)
+    (run_dir / "taken.node02").write_text("7777\n")
+    env = {**fk["env"], "HOSTS": "node01,node02", "FIRST_GONE_AFTER": "30"}
+    proc, seen = _worker_waiting(tmp_path, env)
+    (run_dir / "done.node02").write_text("5 7777\n")
+    _wait_until(lambda: not (run_dir / "done.node02").exists())
+    assert proc.poll() is None, "".join(seen)
+    (run_dir / "done.node02").write_text("2 8888\n")
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2, "".join(seen) + err
+    assert (run_dir / "taken.node02").read_text() == "8888\n"
+
+
+@pytest.mark.parametrize("before", ["none ran", "one lost its end", "too old", "unnamed"])
+def test_a_marker_found_as_a_worker_begins_is_taken_only_when_it_can_be_this_runs(
+        tmp_path, before):
+    """Taken at once when no launch here is owed an end (none ran, or the last took its own)
+    and the marker names its end and is no older than a worker waits for its first instance
+    (FIRST_GONE_AFTER here). Cleared when the last launch here ended without its end (the
+    marker may be that run's late word), when older, or unnamed (an older script's): that
+    worker waits for this run's end."""
+    fk = _fakes(tmp_path, "node02", HOSTS)
+    run_dir = fk["home"] / ".hpcwizard/launch"
+    run_dir.mkdir(parents=True)
+    marker = run_dir / "done.node02"
+    marker.write_text("5\n" if before == "unnamed" else "5 4444\n")
+    if before == "one lost its end":
+        (run_dir / "taken.node02").write_text("owed\n")
+    if before == "too old":
+        os.utime(marker, (time.time() - 60, time.time() - 60))
+    env = {**fk["env"], "HOSTS": "node01,node02", "FIRST_GONE_AFTER": "30"}
+    if before == "none ran":
+        r = _run(tmp_path, launch_script(plan("mpi", "tcp")), env, ["--", "hostname"])
+        assert r.returncode == 5 and _LATE.match(r.stderr.strip().splitlines()[-1]), r.stderr
+        return
+    proc, seen = _worker_waiting(tmp_path, env)
+    assert not marker.exists(), "".join(seen)
+    assert (run_dir / "taken.node02").read_text() == "owed\n"
+    marker.write_text("0 5555\n")
+    _, err = proc.communicate(timeout=30)
+    err = "".join(seen) + err
+    assert proc.returncode == 0 and err.strip().endswith("the job ended with status 0"), err
+    assert "when this launch began" not in err
 
 
 @pytest.mark.parametrize("gone_after, tries", [("3", "2"), ("0", "3")],
@@ -353,6 +444,9 @@ def test_a_worker_not_told_asks_the_first_instance_and_ends_with_the_jobs_status
     _, err = proc.communicate(timeout=30)
     err = "".join(seen) + err
     assert proc.returncode == 5, err
+    # the end it took, by its name: the same end told later is not taken by the next launch
+    taken = (fk["home"] / ".hpcwizard/launch/taken.node02").read_text()
+    assert taken == record.read_text().split()[1] + "\n", taken
     assert err.strip().splitlines()[-1].endswith(
         "the job ended with status 5 (from node01's record: it could not tell this instance)"), err
     assert "could not ask" not in err
@@ -673,7 +767,8 @@ def _fake_ssh_runs_the_command(tmp_path, fk):
 def _tell(fk, status: int) -> None:
     """The first instance's word to node02, as its launch script says it (hw_rt_end_tell)."""
     tell = subprocess.run(
-        ["bash", "-c", runtime.library() + f'\nhw_rt_end_tell node02 2222 {status} .hpcwizard/launch'],
+        ["bash", "-c",
+         runtime.library() + f'\nhw_rt_end_tell node02 2222 {status} 1234 .hpcwizard/launch'],
         env=fk["env"], capture_output=True, text=True, timeout=60)
     assert tell.returncode == 0, tell.stderr
 
@@ -696,7 +791,7 @@ def test_the_end_of_the_job_wakes_a_resting_worker_at_once(tmp_path):
         out, _ = rest.communicate(timeout=60)
     finally:
         rest.kill()
-    assert (rest.returncode, out) == (0, "7\n")
+    assert (rest.returncode, out) == (0, "7 1234\n")
     assert wake.is_fifo() and wake.stat().st_mode & 0o777 == 0o600
 
 
@@ -709,7 +804,7 @@ def test_telling_a_worker_gone_from_its_fifo_never_blocks(tmp_path):
     run_dir.mkdir(parents=True)
     os.mkfifo(run_dir / "wake.node02", 0o600)
     _tell(fk, 0)
-    assert (run_dir / "done.node02").read_text() == "0\n"
+    assert (run_dir / "done.node02").read_text() == "0 1234\n"
 
 
 def _open_files(pid: int) -> set:
@@ -739,3 +834,4 @@ def test_a_worker_told_ends_and_takes_its_fifo_away(tmp_path):
         proc.kill()
     assert proc.returncode == 4, "".join(seen) + err
     assert not wake.exists()
+    assert (fk["home"] / ".hpcwizard/launch/taken.node02").read_text() == "1234\n"

@@ -7,8 +7,9 @@ the job's status there and ends with it. Either way the first instance names it 
 last line and exits 3, and the other worker is told. Workers started before the first
 instance, and after it. A first instance killed with -9 while the job runs, its sshd up:
 the worker ends by itself once its MPI daemon has been gone FIRST_GONE_AFTER seconds and
-no record of the end is found. Root only, HPCWIZARD_SYSTEM_TESTS=1 (conftest.py skips
-otherwise)."""
+no record of the end is found. A worker whose launch begins after the first instance
+ran the whole job through its sshd ends at once with the job's status. Root only,
+HPCWIZARD_SYSTEM_TESTS=1 (conftest.py skips otherwise)."""
 from __future__ import annotations
 
 import os
@@ -204,3 +205,38 @@ def test_a_worker_ends_by_itself_when_the_first_instance_dies_before_its_record(
                          r"status$", last), report
         # the daemon's end, FIRST_GONE_AFTER, the grace and half a period of asking, a login
         assert ended.get("node2", float("inf")) - killed < 2 * GONE_AFTER + 30, report
+
+
+def test_a_worker_started_after_its_job_ended_ends_with_that_status(setup):
+    """The workers' sshd are up before their launch begins (an earlier run's, or the
+    platform's), so the first instance alone runs the job on them and tells them its end.
+    A worker's launch that begins only then ends at once with the job's status and says so,
+    rather than wait for a job that has already run. Before that, one whole run on both
+    instances: the worker took its own end, so no end is owed to a launch there."""
+    env = setup["env"]
+    with VCluster(2) as c:
+        start_nodes(c)
+        script = export(c, env, "mpi")
+        run_env = dict(env, HOSTS="node1,node2", WAIT_TRIES="6",
+                       FIRST_GONE_AFTER=str(GONE_AFTER))
+        seen: list = []
+        worker = start(c, "node2", ["bash", script, "--", "hostname"], run_env)
+        until_line(worker, "waiting for node1", seen)
+        first = start(c, "node1", ["bash", script, "--", "hostname"], run_env)
+        res = finish({"node1": first, "node2": worker})
+        report = "".join(f"\n--- {n}: exit {rc}\n{se}" for n, (rc, _, se) in res.items())
+        assert res["node1"][0] == 0 and res["node2"][0] == 0, "".join(seen) + report
+
+        job = f"touch {c.tmp}/ran.$(hostname); exit 4"
+        first = start(c, "node1", ["bash", script, "--", "bash", "-c", job], run_env)
+        rc1, _, err1 = finish({"node1": first})["node1"]
+        assert rc1 == 4 and (c.tmp / "ran.node2").exists(), err1
+
+        late = start(c, "node2", ["bash", script, "--", "bash", "-c", job], run_env)
+        rc2, _, err2 = finish({"node2": late}, timeout=60)["node2"]
+        last = (err2.strip().splitlines() or [""])[-1]
+        assert rc2 == 4, err2
+        assert re.search(r"the job had ended, with status 4, when this launch began: node1 "
+                         r"told this instance \d+s ago \(it ran the job through the sshd "
+                         r"already up on port 2222 here\)$", last), err2
+        assert "waiting for node1" not in err2

@@ -150,9 +150,52 @@ for v in ${FORWARD_MORE[@]+"${FORWARD_MORE[@]}"}; do
   fi
 done
 DONE="$RUN_DIR/done.$ME"
-# A worker clears an earlier run's end-of-job marker before its sshd can let the master in:
-# the master may run a short job and write this run's marker during the peer waits below.
-if [ "$RANK" -ne 0 ]; then rm -f "$DONE"; fi
+# the marker: the job's status and the time of the first instance's record, which names
+# that end (hw_rt_end_record)
+done_rc() { { read -r rc end_t < "$DONE"; } 2>/dev/null && [[ $rc =~ ^[0123456789]{1,3}$ ]]; }
+# TAKEN: the end the last launch here took (its time), or "owed" from the moment a launch
+# starts waiting until it takes one; a launch killed, or ended without its end, leaves "owed".
+TAKEN="$RUN_DIR/taken.$ME"
+took() {
+  local t=owed
+  if [[ ${1:-} =~ ^[0123456789]{1,19}$ ]]; then t=$1; fi
+  { printf '%s\n' "$t" > "$TAKEN"; } 2>/dev/null || true
+}
+# a marker naming the end taken last is a tell tried again, never this run's: cleared
+new_end() {
+  done_rc || return 1
+  if [ -n "${taken_last:-}" ] && [ "$end_t" = "$taken_last" ]; then rm -f "$DONE"; return 1; fi
+}
+if [ "$RANK" -ne 0 ]; then
+  # how long a worker waits for a first instance that has not come
+  gone_after=$((10#${FIRST_GONE_AFTER:-60}))
+  hw_rt_wait_seconds "$WAIT_TRIES"
+  first_wait=$HW_RT_SECONDS
+  if [ "$first_wait" -lt "$gone_after" ]; then first_wait=$gone_after; fi
+  # A marker found now came while no launch here waited: through an sshd already up, the
+  # first instance ran the job here and told its end before this launch began. It is this
+  # run's end when no launch here is owed one, it names an end other than the one taken
+  # last, and it is no older than that wait. Else it may be an earlier run's late word,
+  # cleared before the peer waits below, during which this run's may come (a short job).
+  owed="" taken_last=""  # none when no launch ran here
+  if [ -e "$TAKEN" ]; then
+    { read -r taken_last < "$TAKEN"; } 2>/dev/null || true
+    [[ $taken_last =~ ^[0123456789]{1,19}$ ]] || owed=1 taken_last=""
+  fi
+  if new_end; then
+    told=$(date -r "$DONE" +%s 2>/dev/null) || told=0
+    printf -v now '%(%s)T' -1
+    if [ -z "$owed" ] && [[ $end_t =~ ^[0123456789]{1,19}$ ]] &&
+       [ $((now - told)) -le "$first_wait" ]; then
+      took "$end_t"
+      rm -f "$DONE"
+      log "the job had ended, with status $rc, when this launch began: $FIRST told this instance $((now - told))s ago (it ran the job through the sshd already up on port $PORT here)"
+      exit "$rc"
+    fi
+    rm -f "$DONE"
+  fi
+  took owed
+fi
 hw_rt_sshd "$PORT" || die "$HW_RT_ERROR"
 
 # par LIMIT FUNCTION ITEM...: FUNCTION ITEM for every item, LIMIT at a time, in the
@@ -209,7 +252,6 @@ if [ "$RANK" -ne 0 ]; then
   # when it has been gone FIRST_GONE_AFTER seconds an ask that brings no status ends the
   # worker (a first instance killed before it kept its record). A daemon never seen (a job
   # shorter than a look, a worker started after it) leaves the asking as it was.
-  gone_after=$((10#${FIRST_GONE_AFTER:-60}))
   every=$((gone_after / 6))
   if [ "$every" -lt 1 ]; then every=1; elif [ "$every" -gt 10 ]; then every=10; fi
   ask_every=$gone_after
@@ -218,11 +260,9 @@ if [ "$RANK" -ne 0 ]; then
   next_ask() { ask_at=$((SECONDS + ask_every / 2 + RANDOM % (ask_every + 1))); }
   next_ask
   # Until the first instance has answered once it may still be starting (its image pulled,
-  # its sshd not up): probed as the watch does, for as long as WAIT_TRIES' waits add up to,
-  # or FIRST_GONE_AFTER when that is longer. A job's daemon seen here counts as its answer.
-  hw_rt_wait_seconds "$WAIT_TRIES"
-  first_wait=$HW_RT_SECONDS
-  if [ "$first_wait" -lt "$gone_after" ]; then first_wait=$gone_after; fi
+  # its sshd not up): probed as the watch does, for first_wait: as long as WAIT_TRIES' waits
+  # add up to, or FIRST_GONE_AFTER when that is longer. A job's daemon seen here counts as
+  # its answer.
   started=$SECONDS answered="" probed=$SECONDS ask_failed="" daemon="" daemon_ended=""
   look_for_daemon() {
     looked=$SECONDS
@@ -244,9 +284,7 @@ if [ "$RANK" -ne 0 ]; then
   log "waiting for $FIRST to run the job"
   # a worker started into a running job finds its daemon before the job can end unseen
   if [ "$gone_after" -gt 0 ]; then look_for_daemon; fi
-  # the marker holds the job's status; one caught while being written is read again
-  done_rc() { { read -r rc < "$DONE"; } 2>/dev/null && [[ $rc =~ ^[0123456789]{1,3}$ ]]; }
-  while ! done_rc; do
+  while ! new_end; do
     hw_rt_rest 1
     if [ "${WORKER_TIMEOUT:-0}" -gt 0 ] && [ $((SECONDS - started)) -ge "${WORKER_TIMEOUT:-0}" ]; then
       die "the job did not end within ${WORKER_TIMEOUT}s (WORKER_TIMEOUT)"
@@ -275,9 +313,10 @@ if [ "$RANK" -ne 0 ]; then
       next_ask
       asked=0
       hw_rt_end_ask "$FIRST" "$PORT" "$RUN_REL" "$T_START" || asked=$?
-      if done_rc; then break; fi
+      if new_end; then break; fi
       if [ "$asked" -eq 0 ]; then
         rc=$HW_RT_END_STATUS
+        took "$HW_RT_END_TIME"
         log "the job ended with status $rc (from $FIRST's record: it could not tell this instance)"
         exit "$rc"
       elif [ -n "$daemon_ended" ] && [ $((SECONDS - daemon_ended)) -ge "$gone_after" ]; then
@@ -291,6 +330,7 @@ if [ "$RANK" -ne 0 ]; then
       fi
     fi
   done
+  took "$end_t"
   rm -f "$DONE"
   log "the job ended with status $rc"
   exit "$rc"
@@ -421,7 +461,7 @@ if [ "${#SHARE[@]}" -gt 0 ]; then TELL_OVER=("${SHARE[@]}" -o ControlMaster=no);
 tell() {
   local h=$1 try
   for ((try = 1; ; try++)); do
-    if hw_rt_end_tell "$h" "$PORT" "$rc" "$RUN_REL" ${TELL_OVER[@]+"${TELL_OVER[@]}"}; then
+    if hw_rt_end_tell "$h" "$PORT" "$rc" "$HW_RT_END_TIME" "$RUN_REL" ${TELL_OVER[@]+"${TELL_OVER[@]}"}; then
       # the shared connection's work is done: it ends now, not when ControlPersist runs out
       if [ "${#SHARE[@]}" -gt 0 ]; then ssh "${SHARE[@]}" -O exit -p "$PORT" "$h" 2>/dev/null || true; fi
       return 0
