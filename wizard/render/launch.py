@@ -161,6 +161,13 @@ took() {
   if [[ ${1:-} =~ ^[0123456789]{1,19}$ ]]; then t=$1; fi
   { printf '%s\n' "$t" > "$TAKEN"; } 2>/dev/null || true
 }
+# take_end TIME LINE: this launch takes the end named TIME (its status in rc) and ends with it
+take_end() {
+  took "$1"
+  rm -f "$DONE"
+  log "$2"
+  exit "$rc"
+}
 # a marker naming the end taken last is a tell tried again, never this run's: cleared
 new_end() {
   done_rc || return 1
@@ -187,10 +194,7 @@ if [ "$RANK" -ne 0 ]; then
     printf -v now '%(%s)T' -1
     if [ -z "$owed" ] && [[ $end_t =~ ^[0123456789]{1,19}$ ]] &&
        [ $((now - told)) -le "$first_wait" ]; then
-      took "$end_t"
-      rm -f "$DONE"
-      log "the job had ended, with status $rc, when this launch began: $FIRST told this instance $((now - told))s ago (it ran the job through the sshd already up on port $PORT here)"
-      exit "$rc"
+      take_end "$end_t" "the job had ended, with status $rc, when this launch began: $FIRST told this instance $((now - told))s ago (it ran the job through the sshd already up on port $PORT here)"
     fi
     rm -f "$DONE"
   fi
@@ -316,9 +320,7 @@ if [ "$RANK" -ne 0 ]; then
       if new_end; then break; fi
       if [ "$asked" -eq 0 ]; then
         rc=$HW_RT_END_STATUS
-        took "$HW_RT_END_TIME"
-        log "the job ended with status $rc (from $FIRST's record: it could not tell this instance)"
-        exit "$rc"
+        take_end "$HW_RT_END_TIME" "the job ended with status $rc (from $FIRST's record: it could not tell this instance)"
       elif [ -n "$daemon_ended" ] && [ $((SECONDS - daemon_ended)) -ge "$gone_after" ]; then
         why="has no record of its end"
         if [ "$asked" -eq 2 ]; then why="could not be asked for its end ($HW_RT_ERROR)"; fi
@@ -330,10 +332,7 @@ if [ "$RANK" -ne 0 ]; then
       fi
     fi
   done
-  took "$end_t"
-  rm -f "$DONE"
-  log "the job ended with status $rc"
-  exit "$rc"
+  take_end "$end_t" "the job ended with status $rc"
 fi
 
 ROOT_ARGS=()
