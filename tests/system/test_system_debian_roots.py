@@ -8,7 +8,9 @@ root's own with NAT to the mirrors, and proves six points:
    running the root's sshd with a pid file of its own, reach each other by key on port 2222;
 3. the exported launch script, run on each instance, runs an MPI hello world built with
    mpicc across the three through mpirun, and every rank's host name appears (3a: the same
-   with `hostname` as the program, which needs no compiler);
+   with `hostname` as the program, which needs no compiler; 3b: `hostname` run by the first
+   instance alone through the workers' sshd, their launch scripts begun only afterwards:
+   each ends at once with the job's status);
 4. apply again: every step skipped;
 5. mpicc compiles a program and the binary runs;
 6. undo R leaves the root's /etc/ssh, /root/.ssh and `dpkg-query -W` as before apply, and
@@ -324,7 +326,7 @@ def _report(request: pytest.FixtureRequest, rels: Dict[str, Release], pyz_second
             prepare_seconds: Optional[float]) -> None:
     tr = request.config.pluginmanager.get_plugin("terminalreporter")
     phases = ("root", "apply", "cluster", "reapply", "undo")
-    points = ("1", "2", "3a", "3", "4", "5", "6")
+    points = ("1", "2", "3a", "3", "3b", "4", "5", "6")
     lines = ["", "Debian roots, seconds per phase "
              f"(zipapp {pyz_seconds:.0f}; root and apply "
              f"{'concurrently' if PARALLEL else 'one after the other'}: "
@@ -335,8 +337,8 @@ def _report(request: pytest.FixtureRequest, rels: Dict[str, Release], pyz_second
         lines.append(f"  {r.suite.label:<32}" + "".join(
             f"{r.timings[p]:>9.0f}" if p in r.timings else f"{'-':>9}" for p in phases)
             + f"  {r.cache or '-'}")
-    lines.append("Points (1 apply, 2 ssh, 3a launch hostname, 3 launch MPI hello, 4 re-apply, "
-                 "5 mpicc, 6 undo):")
+    lines.append("Points (1 apply, 2 ssh, 3a launch hostname, 3 launch MPI hello, 3b workers "
+                 "begun after the job, 4 re-apply, 5 mpicc, 6 undo):")
     lines.append(f"  {'release':<32}" + "".join(f"{p:>6}" for p in points))
     for r in rels.values():
         lines.append(f"  {r.suite.label:<32}" + "".join(f"{r.points.get(p, '-'):>6}"
@@ -417,9 +419,11 @@ def test_2_ssh_between_three_instances_by_key(rel: Release) -> None:
         rel.timed("cluster", t0)
 
 
-def _launch(rel: Release, c: Cluster, program: List[str]) -> Dict[str, tuple]:
+def _launch(rel: Release, c: Cluster, program: List[str],
+            first_alone: bool = False) -> Dict[str, tuple]:
     """The exported launch script on each instance, workers first (each until it says it
-    waits for node1), then node1; returns node -> (exit, stdout, stderr)."""
+    waits for node1), then node1; first_alone, node1 until it ends, then the workers.
+    Returns node -> (exit, stdout, stderr)."""
     script = f"{CI}/launch.sh"
     if not rel.host(script).exists():
         proc = rel.wizard("export", "--framework", "mpi", "--network", "tcp", "--manual",
@@ -440,10 +444,10 @@ def _launch(rel: Release, c: Cluster, program: List[str]) -> Dict[str, tuple]:
         return outs[node][i].read_text(errors="replace")
 
     try:
-        for node in ("node2", "node3"):
+        for node in () if first_alone else ("node2", "node3"):
             start(node)
         deadline = time.monotonic() + 120
-        for node in ("node2", "node3"):  # a worker clears its end marker when it starts
+        for node in procs:  # a worker clears an earlier run's end marker when it starts
             while "waiting for node1 to run the job" not in text(node, 1):
                 if procs[node].poll() is not None or time.monotonic() > deadline:
                     pytest.fail(f"the launch script on {node} of {rel} did not get to wait "
@@ -455,6 +459,8 @@ def _launch(rel: Release, c: Cluster, program: List[str]) -> Dict[str, tuple]:
         except subprocess.TimeoutExpired:
             procs["node1"].kill()
             procs["node1"].wait()
+        for node in ("node2", "node3") if first_alone else ():
+            start(node)
         # node1 tells the workers the end over ssh when it ends; after a failure it may not
         # have: then they would wait for WORKER_TIMEOUT
         for node in ("node2", "node3"):
@@ -505,6 +511,23 @@ def test_3_launch_script_runs_mpi_hello_across_three(rel: Release) -> None:
     hosts = sorted(x.rsplit("host=", 1)[1] for x in lines)
     assert hosts == c.names, f"ranks' host names {hosts}, not {c.names}, {report}"
     assert all("size=3" in x for x in lines), report
+
+
+@point("3b")
+def test_3b_workers_begun_after_the_job_ended_end_with_it(rel: Release) -> None:
+    c = need_cluster(rel)
+    t0 = time.monotonic()
+    try:
+        res = _launch(rel, c, ["hostname"], first_alone=True)
+    finally:
+        rel.timed("cluster", t0)
+    report = f"on {rel}:{_launch_report(res)}{rel.node_logs()}"
+    assert all(rc == 0 for rc, _, _ in res.values()), report
+    assert sorted(res["node1"][1].split()) == c.names, report
+    for node in ("node2", "node3"):
+        last = (res[node][2].strip().splitlines() or [""])[-1]
+        assert ("the job had ended, with status 0, when this launch began: node1 told this "
+                "instance") in last, report
 
 
 @point("4")
