@@ -888,7 +888,7 @@ hw_rt_wait() {
       return 1
     fi
     _hw_rt_log "waiting for $h ($what), try $try of $tries, next in ${delay}s"
-    sleep "$delay"
+    hw_rt_rest "$delay"  # a builtin: a wait ended by a signal leaves no sleep behind
     try=$((try + 1))
     delay=$((delay * 2 < _HW_RT_MAX_DELAY ? delay * 2 : _HW_RT_MAX_DELAY))
   done
@@ -957,10 +957,12 @@ hw_rt_write_hostfile() {
 # two clocks are compared and an earlier run's record is never taken for this one's. Where
 # a clock has only whole seconds, each side errs towards calling a record older. The
 # marker holds the same two words: the record's time names this end, so that a worker
-# knows an end it has already taken (a tell tried again after it arrived).
+# knows an end it has already taken (a tell tried again after it arrived). A third word,
+# 'launch', says the first instance's launch ended before its mpirun ran (a worker never
+# ready, a refusal, a signal): the job did not run, and a waiting worker learns it by asking.
 
-# hw_rt_end_record FILE STATUS: the record, written whole (never read half written); its
-# time -> HW_RT_END_TIME, also when it could not be written.
+# hw_rt_end_record FILE STATUS [launch]: the record, written whole (never read half
+# written); its time -> HW_RT_END_TIME, also when it could not be written.
 # shellcheck disable=SC2034  # the launch script reads it
 HW_RT_END_TIME=''
 # shellcheck disable=SC2317,SC2329,SC2034  # the MPI launch uses both; PyTorch's and verify do not
@@ -969,7 +971,7 @@ hw_rt_end_record() {
   t=${t//[!0123456789]/}  # the locale's decimal point
   if [ -z "$t" ]; then printf -v t '%(%s)T000000' -1; fi  # the start of its second: older
   HW_RT_END_TIME=$t
-  (umask 077 && printf '%s %s\n' "$2" "$t" > "$1.part" && mv -f "$1.part" "$1")
+  (umask 077 && printf '%s %s%s\n' "$2" "$t" "${3:+ $3}" > "$1.part" && mv -f "$1.part" "$1")
 }
 
 # hw_rt_end_tell HOST PORT STATUS TIME DIR [SSH_OPTION...]: one try at HOST's marker
@@ -996,7 +998,8 @@ hw_rt_clock() {
 
 # hw_rt_end_ask HOST PORT DIR START: HOST's record DIR/end.HOST, when HOST wrote it after
 # START (hw_rt_clock, when this worker began to wait) -> HW_RT_END_STATUS, and its time by
-# HOST's clock (the end's name, as in the marker) -> HW_RT_END_TIME. The session is
+# HOST's clock (the end's name, as in the marker) -> HW_RT_END_TIME, and what ended ->
+# HW_RT_END_WHAT: 'job', or 'launch' when the job did not run. The session is
 # opened first, then HOST's clock read: between the two lines of the dialogue, not the
 # whole login, lies the uncertainty, so a record written a second after START is taken.
 # Status 1: no record that young (the job runs, or an earlier run's); 2: HOST was not asked
@@ -1005,9 +1008,9 @@ _HW_RT_ASK_SECONDS=30  # the whole ask, login included; ssh still running then i
 # shellcheck disable=SC2317,SC2329,SC2034  # the MPI launch uses it; PyTorch's and verify do not
 hw_rt_end_ask() {
   local line last='' t1='' said='' rc='' slack=0 pid rfd wfd left
-  local re="^hw_end ($_HW_RT_DIGIT{1,19})( ($_HW_RT_DIGIT{1,3}) ($_HW_RT_DIGIT{1,19}))? *\$"
+  local re="^hw_end ($_HW_RT_DIGIT{1,19})( ($_HW_RT_DIGIT{1,3}) ($_HW_RT_DIGIT{1,19})( launch)?)? *\$"
   local deadline=$((SECONDS + _HW_RT_ASK_SECONDS))
-  HW_RT_END_STATUS='' HW_RT_END_TIME='' HW_RT_ERROR=''
+  HW_RT_END_STATUS='' HW_RT_END_TIME='' HW_RT_END_WHAT='' HW_RT_ERROR=''
   if [ -z "${EPOCHREALTIME:-}" ]; then slack=1000000; fi  # whole seconds: err towards older
   # The dialogue: HOST says hw_ready, this side notes its clock and says go, HOST answers
   # with its time (microseconds; a date without %N gives the end of its second: the record
@@ -1062,6 +1065,8 @@ hw_rt_end_ask() {
   # written at (t1 - its age) or later by this clock: after START for certain, or not taken
   if ((10#${BASH_REMATCH[1]} - 10#${BASH_REMATCH[4]} >= 10#$t1 - 10#$4 - slack)); then return 1; fi
   HW_RT_END_STATUS=$((10#${BASH_REMATCH[3]})) HW_RT_END_TIME=${BASH_REMATCH[4]}
+  HW_RT_END_WHAT=job
+  if [ -n "${BASH_REMATCH[5]}" ]; then HW_RT_END_WHAT=launch; fi
   return 0
 }
 

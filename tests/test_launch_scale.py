@@ -135,6 +135,28 @@ def test_the_first_instance_waits_for_every_worker_and_names_the_missing(tmp_pat
     assert r.returncode == 2, r.stderr
     assert last.endswith("node03: port 2222 not ready after 1 tries; not ready either: node07"), last
     assert "mpirun" not in "".join(_calls(fk))
+    # kept as the launch's end, for the workers that wait to learn by asking
+    record = fk["home"] / ".hpcwizard/launch/end.node01"
+    assert re.fullmatch(r"2 \d{16,19} launch\n", record.read_text()), record.read_text()
+    assert record.stat().st_mode & 0o077 == 0
+
+
+@pytest.mark.parametrize("sig, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_first_instance_stopped_before_its_job_keeps_that_end(tmp_path, sig, status):
+    """Stopped while it waits for a worker that never comes: its record says so, with the
+    status the signal gives, so that the workers that came do not wait for ever."""
+    fk = _fakes(tmp_path, "node01", HOSTS)
+    _probe_log(tmp_path, fk, fails="node03")
+    env = {**fk["env"], "HOSTS": "node01,node02,node03", "WAIT_TRIES": "8"}
+    proc = subprocess.Popen(["bash", str(_script(tmp_path)), "--", "hostname"], env=env,
+                            stderr=subprocess.PIPE, text=True)
+    _wait_until(lambda: "probe node03" in _calls(fk))
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == status, err
+    record = fk["home"] / ".hpcwizard/launch/end.node01"
+    assert re.fullmatch(rf"{status} \d{{16,19}} launch\n", record.read_text()), err
+    assert "mpirun" not in "".join(_calls(fk))
 
 
 # mpirun's ssh arguments, one line, as mpirun is given them (plm_rsh_args' value whole)
@@ -452,6 +474,24 @@ def test_a_worker_not_told_asks_the_first_instance_and_ends_with_the_jobs_status
     assert "could not ask" not in err
 
 
+def test_a_worker_learns_by_asking_that_the_first_instance_gave_up_before_the_job(tmp_path):
+    """The first instance ended its launch before mpirun (another worker never ready): a
+    worker that came ends with that status and a line that says the job did not run."""
+    fk = _fakes(tmp_path, "node02", HOSTS)
+    record = _first_over_ssh(tmp_path, fk)
+    env = {**fk["env"], "HOSTS": "node01,node02,node03", "FIRST_GONE_AFTER": "3"}
+    proc, seen = _worker_waiting(tmp_path, env)
+    _wait_until(lambda: _asks(fk) >= 1)
+    assert proc.poll() is None, "".join(seen)
+    record.write_text(f"2 {_us(time.time())} launch\n")
+    _, err = proc.communicate(timeout=30)
+    err = "".join(seen) + err
+    assert proc.returncode == 2, err
+    assert err.strip().splitlines()[-1].endswith(
+        "the job did not run: node01's launch ended with status 2 before its mpirun (from "
+        "its record; its log says why)"), err
+
+
 def test_a_worker_that_cannot_ask_says_so_once_and_still_takes_the_marker(tmp_path):
     fk = _fakes(tmp_path, "node02", HOSTS)
     _first_over_ssh(tmp_path, fk, fails=True)
@@ -496,6 +536,9 @@ def test_a_worker_asks_no_more_often_than_its_period(tmp_path):
     ("3 {now-5}", "100 no %N", (0, "3")),
     ("x y", 100, (2, "")),              # not a record: no answer
     ("3 {now-100}", "10 no date", (1, "")),  # no clock there: an earlier run's not taken
+    ("2 {now} launch", 100, (0, "2", "launch")),  # the first instance's launch, no job
+    ("2 {now-200} launch", 100, (1, "")),
+    ("2 {now} done", 100, (2, "")),     # no other word
 ])
 def test_asking_for_the_record_tells_this_runs_from_an_earlier_ones(tmp_path, record, waited,
                                                                     want):
@@ -518,10 +561,11 @@ def test_asking_for_the_record_tells_this_runs_from_an_earlier_ones(tmp_path, re
     script = (runtime.library() + "\nrc=0\nhw_rt_clock now\n"
               f"start=$((now - {int(str(waited).split()[0]) * 10**6}))\n"
               "hw_rt_end_ask node01 2222 .hpcwizard/launch $start || rc=$?\n"
-              'printf "%s|%s" "$rc" "$HW_RT_END_STATUS"\n')
+              'printf "%s|%s|%s" "$rc" "$HW_RT_END_STATUS" "$HW_RT_END_WHAT"\n')
     r = subprocess.run(["bash", "-c", script], env=fk["env"], capture_output=True, text=True,
                        timeout=30)
-    assert r.stdout == f"{want[0]}|{want[1]}", r.stderr
+    what = want[2] if len(want) > 2 else ("job" if want[0] == 0 else "")
+    assert r.stdout == f"{want[0]}|{want[1]}|{what}", r.stderr
 
 
 def test_the_first_instance_says_where_its_time_went(tmp_path):

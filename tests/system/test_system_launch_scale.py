@@ -8,7 +8,8 @@ last line and exits 3, and the other worker is told. Workers started before the 
 instance, and after it. A first instance killed with -9 while the job runs, its sshd up:
 the worker ends by itself once its MPI daemon has been gone FIRST_GONE_AFTER seconds and
 no record of the end is found. A worker whose launch begins after the first instance
-ran the whole job through its sshd ends at once with the job's status. Root only,
+ran the whole job through its sshd ends at once with the job's status. A first instance
+that gives up waiting for a worker: the other worker learns it by asking, and ends. Root only,
 HPCWIZARD_SYSTEM_TESTS=1 (conftest.py skips otherwise)."""
 from __future__ import annotations
 
@@ -240,3 +241,34 @@ def test_a_worker_started_after_its_job_ended_ends_with_that_status(setup):
                          r"told this instance \d+s ago \(it ran the job through the sshd "
                          r"already up on port 2222 here\)$", last), err2
         assert "waiting for node1" not in err2
+
+
+def test_workers_end_when_the_first_instance_gives_up_before_the_job(setup):
+    """node3's SSH port takes no connection, so the first instance gives up waiting for it
+    (exit 2) and never runs mpirun; its own sshd still answers. node2, whose launch began
+    before, learns by asking that the job did not run and ends with that status and a line
+    saying so, rather than wait for ever (WORKER_TIMEOUT is 0, the default)."""
+    env = setup["env"]
+    with VCluster(3) as c:
+        start_nodes(c)
+        _block_ssh(c, "node3", both_ways=False)
+        script = export(c, env, "mpi")
+        run_env = dict(env, HOSTS="node1,node2,node3", WAIT_TRIES="3",
+                       FIRST_GONE_AFTER=str(GONE_AFTER))
+        argv = ["bash", script, "--", "hostname"]
+        seen: list = []
+        worker = start(c, "node2", argv, run_env)
+        until_line(worker, "waiting for node1", seen)
+        first = start(c, "node1", argv, run_env)
+        rc1, _, err1 = finish({"node1": first})["node1"]
+        gave_up = time.monotonic()
+        assert rc1 == 2 and "node3: port 2222 not ready after 3 tries" in err1, err1
+        ended = _ended_at({"node2": worker})
+        rc, _, err = finish({"node2": worker}, timeout=30)["node2"]
+        report = f"--- node2: exit {rc}\n{''.join(seen)}{err}"
+        assert rc == 2, report
+        assert (err.strip().splitlines() or [""])[-1].endswith(
+            "the job did not run: node1's launch ended with status 2 before its mpirun "
+            "(from its record; its log says why)"), report
+        # about one period of asking (FIRST_GONE_AFTER here) and a login, not for ever
+        assert ended.get("node2", float("inf")) - gave_up < 2 * GONE_AFTER + 30, report

@@ -130,6 +130,22 @@ if [ "${#ENV_KEPT[@]}" -gt 0 ]; then log "from the environment, not the plan: ${
 '''
 
 _MPI = r'''
+if [ "$RANK" -eq 0 ]; then
+  # Until mpirun runs, an end of this launch (a worker never ready, a refusal, a signal) is
+  # kept as the job's end would be, marked as the launch's: a worker waiting for a job that
+  # will not come learns it when it asks, and ends. Its waits for workers' ports end too.
+  # shellcheck disable=SC2317,SC2329  # the EXIT trap runs it
+  launch_ended() {
+    local status=$?
+    # shellcheck disable=SC2046  # one pid a word
+    kill $(jobs -pr) 2>/dev/null || true
+    hw_rt_end_record "$RUN_DIR/end.$ME" "$status" launch
+  }
+  trap launch_ended EXIT
+  trap 'exit 129' HUP
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+fi
 # ranks per host: SLOTS, else the hostfile's slots=, else 1; NP, else their sum
 hw_rt_slots "${SLOTS:-}" "${NP:-}" || die "$HW_RT_ERROR"
 SLOTS_OF=$(IFS=,; printf '%s' "${HW_RT_HOST_SLOTS[*]}")
@@ -320,6 +336,9 @@ if [ "$RANK" -ne 0 ]; then
       if new_end; then break; fi
       if [ "$asked" -eq 0 ]; then
         rc=$HW_RT_END_STATUS
+        if [ "$HW_RT_END_WHAT" = launch ]; then
+          take_end "$HW_RT_END_TIME" "the job did not run: $FIRST's launch ended with status $rc before its mpirun (from its record; its log says why)"
+        fi
         take_end "$HW_RT_END_TIME" "the job ended with status $rc (from $FIRST's record: it could not tell this instance)"
       elif [ -n "$daemon_ended" ] && [ $((SECONDS - daemon_ended)) -ge "$gone_after" ]; then
         why="has no record of its end"
@@ -439,6 +458,7 @@ log "to every rank (mpirun -x): ${GIVEN[*]-}"
 # The program as the shell would read it back: its quoting kept, control characters escaped.
 printf -v SHOWN ' %q' "$@"
 log "mpirun${OMPI_VERSION:+ (Open MPI $OMPI_VERSION)} -np $NP on ${NAMES[*]}:$SHOWN"
+trap - EXIT HUP INT TERM  # from here on the job's end is kept, and told
 hw_rt_clock T_MPIRUN
 set +e
 mpirun ${PREFIX_ARGS[@]+"${PREFIX_ARGS[@]}"} --hostfile "$HOSTFILE_OUT" -np "$NP" ${ROOT_ARGS[@]+"${ROOT_ARGS[@]}"} \
