@@ -967,11 +967,27 @@ hw_rt_write_hostfile() {
 HW_RT_END_TIME=''
 # shellcheck disable=SC2317,SC2329,SC2034  # the MPI launch uses both; PyTorch's and verify do not
 hw_rt_end_record() {
+  _hw_rt_record_time
+  _hw_rt_record "$1" "$2 $HW_RT_END_TIME${3:+ $3}"
+}
+
+# hw_rt_begun_record FILE: the first instance's record that a launch began there, its time
+# by the same clock as its records of ends: a worker that asks learns whether a launch runs.
+# shellcheck disable=SC2317,SC2329  # the MPI launch uses it; PyTorch's and verify do not
+hw_rt_begun_record() {
+  _hw_rt_record_time
+  _hw_rt_record "$1" "$HW_RT_END_TIME"
+}
+
+_hw_rt_record_time() {  # -> HW_RT_END_TIME: microseconds of the epoch
   local t=${EPOCHREALTIME:-}
   t=${t//[!0123456789]/}  # the locale's decimal point
   if [ -z "$t" ]; then printf -v t '%(%s)T000000' -1; fi  # the start of its second: older
   HW_RT_END_TIME=$t
-  (umask 077 && printf '%s %s%s\n' "$2" "$t" "${3:+ $3}" > "$1.part" && mv -f "$1.part" "$1")
+}
+
+_hw_rt_record() {  # FILE TEXT: private, written whole (never read half written)
+  (umask 077 && printf '%s\n' "$2" > "$1.part" && mv -f "$1.part" "$1")
 }
 
 # hw_rt_end_tell HOST PORT STATUS TIME DIR [SSH_OPTION...]: one try at HOST's marker
@@ -1002,15 +1018,20 @@ hw_rt_clock() {
 # HW_RT_END_WHAT: 'job', or 'launch' when the job did not run. The session is
 # opened first, then HOST's clock read: between the two lines of the dialogue, not the
 # whole login, lies the uncertainty, so a record written a second after START is taken.
-# Status 1: no record that young (the job runs, or an earlier run's); 2: HOST was not asked
-# (ssh failed or gave no answer within _HW_RT_ASK_SECONDS; HW_RT_ERROR says why).
+# Status 1: no record that young (the job runs, or an earlier run's); then, when HOST's
+# last launch began before its last end (hw_rt_begun_record), so that none runs there,
+# that end's status -> HW_RT_IDLE_STATUS and its age in seconds -> HW_RT_IDLE_AGE. Status
+# 2: HOST was not asked (ssh failed or gave no answer within _HW_RT_ASK_SECONDS;
+# HW_RT_ERROR says why).
 _HW_RT_ASK_SECONDS=30  # the whole ask, login included; ssh still running then is ended
 # shellcheck disable=SC2317,SC2329,SC2034  # the MPI launch uses it; PyTorch's and verify do not
 hw_rt_end_ask() {
   local line last='' t1='' said='' rc='' slack=0 pid rfd wfd left
-  local re="^hw_end ($_HW_RT_DIGIT{1,19})( ($_HW_RT_DIGIT{1,3}) ($_HW_RT_DIGIT{1,19})( launch)?)? *\$"
+  local d=$_HW_RT_DIGIT now status t what begun
+  local re="^hw_end ($d{1,19})( ($d{1,3}) ($d{1,19})( launch)?)? +begun( ($d{1,19}))? *\$"
   local deadline=$((SECONDS + _HW_RT_ASK_SECONDS))
   HW_RT_END_STATUS='' HW_RT_END_TIME='' HW_RT_END_WHAT='' HW_RT_ERROR=''
+  HW_RT_IDLE_STATUS='' HW_RT_IDLE_AGE=''
   if [ -z "${EPOCHREALTIME:-}" ]; then slack=1000000; fi  # whole seconds: err towards older
   # The dialogue: HOST says hw_ready, this side notes its clock and says go, HOST answers
   # with its time (microseconds; a date without %N gives the end of its second: the record
@@ -1023,7 +1044,7 @@ hw_rt_end_ask() {
     trap 'kill $(jobs -pr) 2>/dev/null' TERM  # ssh while it runs, never a reaped pid
     ssh -o BatchMode=yes -o ConnectTimeout=5 -o ServerAliveInterval=5 \
       -o ServerAliveCountMax=2 -p "$2" "$1" \
-      "echo hw_ready; read -r go; t=\$(date +%s%N 2>/dev/null); case \$t in ''|*[!0123456789]*) t=\$(date +%s)999999999 ;; esac; echo \"hw_end \${t%???} \$(cat $3/end.$1 2>/dev/null)\"" \
+      "echo hw_ready; read -r go; t=\$(date +%s%N 2>/dev/null); case \$t in ''|*[!0123456789]*) t=\$(date +%s)999999999 ;; esac; echo \"hw_end \${t%???} \$(cat $3/end.$1 2>/dev/null) begun \$(cat $3/begun.$1 2>/dev/null)\"" \
       <&0 2>&1 &
     wait "$!"
     echo "hw_ssh_exit $?"
@@ -1059,14 +1080,20 @@ hw_rt_end_ask() {
     return 2
   fi
   [[ $said =~ $re ]]
-  [ -n "${BASH_REMATCH[2]}" ] || return 1
+  now=${BASH_REMATCH[1]} status=${BASH_REMATCH[3]} t=${BASH_REMATCH[4]}
+  what=${BASH_REMATCH[5]} begun=${BASH_REMATCH[7]}
+  [ -n "$t" ] || return 1
   # HOST's clock before its record (no date there, or a clock stepped back): its age unknown
-  if ((10#${BASH_REMATCH[1]} < 10#${BASH_REMATCH[4]})); then return 1; fi
+  if ((10#$now < 10#$t)); then return 1; fi
   # written at (t1 - its age) or later by this clock: after START for certain, or not taken
-  if ((10#${BASH_REMATCH[1]} - 10#${BASH_REMATCH[4]} >= 10#$t1 - 10#$4 - slack)); then return 1; fi
-  HW_RT_END_STATUS=$((10#${BASH_REMATCH[3]})) HW_RT_END_TIME=${BASH_REMATCH[4]}
-  HW_RT_END_WHAT=job
-  if [ -n "${BASH_REMATCH[5]}" ]; then HW_RT_END_WHAT=launch; fi
+  if ((10#$now - 10#$t >= 10#$t1 - 10#$4 - slack)); then
+    if [ -n "$begun" ] && ((10#$begun < 10#$t)); then
+      HW_RT_IDLE_STATUS=$((10#$status)) HW_RT_IDLE_AGE=$(((10#$now - 10#$t) / 1000000))
+    fi
+    return 1
+  fi
+  HW_RT_END_STATUS=$((10#$status)) HW_RT_END_TIME=$t HW_RT_END_WHAT=job
+  if [ -n "$what" ]; then HW_RT_END_WHAT=launch; fi
   return 0
 }
 

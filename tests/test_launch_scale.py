@@ -447,6 +447,10 @@ def test_the_first_instance_keeps_the_jobs_status_before_it_tells(tmp_path):
     status, written = record.read_text().split()
     assert status == "5" and before <= int(written) / 1e6 <= time.time(), record.read_text()
     assert record.stat().st_mode & 0o077 == 0
+    # its start, by the same clock: before the end, so no launch runs there now
+    begun = run_dir / "begun.node01"
+    assert before <= int(begun.read_text()) / 1e6 < int(written) / 1e6, begun.read_text()
+    assert begun.stat().st_mode & 0o077 == 0
     told = [c for c in _calls(fk) if c.startswith("tell ")]
     assert sorted(told) == [f"tell {h} sees 5 {written}" for h in ("node02", "node03")], told
 
@@ -566,6 +570,74 @@ def test_asking_for_the_record_tells_this_runs_from_an_earlier_ones(tmp_path, re
                        timeout=30)
     what = want[2] if len(want) > 2 else ("job" if want[0] == 0 else "")
     assert r.stdout == f"{want[0]}|{want[1]}|{what}", r.stderr
+
+
+@pytest.mark.parametrize("record, begun, idle", [
+    ("0 {now-200}", "{now-300}", "0 200"),      # its last launch ended before this worker
+    ("2 {now-200} launch", "{now-300}", "2 200"),
+    ("0 {now-200}", "{now-100}", ""),           # one began since: it runs
+    ("0 {now-200}", None, ""),                  # no record of a start: unknown, not idle
+    (None, "{now-300}", ""),
+    ("0 {now}", "{now-300}", ""),               # this run's end: taken, not idle
+])
+def test_asking_tells_whether_a_launch_runs_on_the_first_instance(tmp_path, record, begun, idle):
+    """The worker has waited 100 s; the first instance's records of its last end and its
+    last start say whether any launch runs there."""
+    fk = _fakes(tmp_path, "node02", HOSTS)
+    path = _first_over_ssh(tmp_path, fk)
+    now = time.time()
+    for text, f in ((record, path), (begun, path.with_name("begun.node01"))):
+        if text is not None:
+            f.write_text(re.sub(r"\{now(-[0-9.]+)?\}",
+                                lambda m: str(_us(now + float(m.group(1) or 0))), text) + "\n")
+    script = (runtime.library() + "\nrc=0\nhw_rt_clock now\nstart=$((now - 100000000))\n"
+              "hw_rt_end_ask node01 2222 .hpcwizard/launch $start || rc=$?\n"
+              'printf "%s|%s" "$rc" "$HW_RT_IDLE_STATUS $HW_RT_IDLE_AGE"\n')
+    r = subprocess.run(["bash", "-c", script], env=fk["env"], capture_output=True, text=True,
+                       timeout=30)
+    rc, got = r.stdout.split("|")
+    assert rc == ("0" if record == "0 {now}" else "1"), r.stderr
+    assert got.strip() == idle, r.stdout
+
+
+def _worker_after_first(tmp_path, ended_ago: float, began_ago: float):
+    """A worker waiting (FIRST_GONE_AFTER=3), its first instance's last launch begun and
+    ended so many seconds ago by the records there: fakes, the record, the worker, its lines."""
+    fk = _fakes(tmp_path, "node02", HOSTS)
+    record = _first_over_ssh(tmp_path, fk)
+    now = time.time()
+    record.write_text(f"0 {_us(now - ended_ago)}\n")
+    record.with_name("begun.node01").write_text(f"{_us(now - began_ago)}\n")
+    env = {**fk["env"], "HOSTS": "node01,node02", "FIRST_GONE_AFTER": "3"}
+    return (fk, record, *_worker_waiting(tmp_path, env))
+
+
+def test_a_worker_ends_when_the_first_instance_runs_no_launch(tmp_path):
+    """The first instance's last launch began and ended before this worker began, and no
+    other begins (its sshd still answers): after the wait for a first instance that has
+    not come (FIRST_GONE_AFTER here), the worker ends with a line saying why."""
+    started = time.monotonic()
+    fk, _, proc, seen = _worker_after_first(tmp_path, ended_ago=50, began_ago=60)
+    _, err = proc.communicate(timeout=60)
+    err = "".join(seen) + err
+    assert proc.returncode == 3, err
+    assert time.monotonic() - started >= 3, err
+    assert re.search(r"node01 \(the first instance\) runs no launch: its last ended 5\ds ago "
+                     r"with status 0, before this one began, and none has begun in 3s "
+                     r"\(WAIT_TRIES=1, FIRST_GONE_AFTER=3\): ending without the job's status$",
+                     err.strip().splitlines()[-1]), err
+
+
+def test_a_worker_waits_on_while_a_launch_runs_on_the_first_instance(tmp_path):
+    """A launch began there after its last end (it waits for other workers, say): the
+    worker asks on, past the wait for a first instance, and takes the end when it comes."""
+    fk, record, proc, seen = _worker_after_first(tmp_path, ended_ago=50, began_ago=40)
+    started = time.monotonic()
+    _wait_until(lambda: _asks(fk) >= 3 and time.monotonic() - started > 4)
+    assert proc.poll() is None, "".join(seen)
+    record.write_text(f"6 {_us(time.time())}\n")
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 6, "".join(seen) + err
 
 
 def test_the_first_instance_says_where_its_time_went(tmp_path):

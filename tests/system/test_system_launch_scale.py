@@ -9,7 +9,8 @@ instance, and after it. A first instance killed with -9 while the job runs, its 
 the worker ends by itself once its MPI daemon has been gone FIRST_GONE_AFTER seconds and
 no record of the end is found. A worker whose launch begins after the first instance
 ran the whole job through its sshd ends at once with the job's status. A first instance
-that gives up waiting for a worker: the other worker learns it by asking, and ends. Root only,
+that gives up waiting for a worker: the other worker learns it by asking, and ends; so does a
+worker whose first instance runs no launch while it waits. Root only,
 HPCWIZARD_SYSTEM_TESTS=1 (conftest.py skips otherwise)."""
 from __future__ import annotations
 
@@ -272,3 +273,34 @@ def test_workers_end_when_the_first_instance_gives_up_before_the_job(setup):
             "(from its record; its log says why)"), report
         # about one period of asking (FIRST_GONE_AFTER here) and a login, not for ever
         assert ended.get("node2", float("inf")) - gave_up < 2 * GONE_AFTER + 30, report
+
+
+def test_a_worker_ends_when_the_first_instance_runs_no_launch(setup):
+    """The first instance alone runs a job through node2's sshd and ends; node2's launch
+    begins after, owed an end by a launch there that ended without one, so it clears the
+    marker as an earlier run's and waits. Its asks find that no launch runs on node1 (the
+    last began and ended before this one began): once a worker's wait for a first instance
+    has passed, it ends with exit 3 and a line saying why, not at WORKER_TIMEOUT."""
+    env = setup["env"]
+    with VCluster(2) as c:
+        start_nodes(c)
+        script = export(c, env, "mpi")
+        run_env = dict(env, HOSTS="node1,node2", WAIT_TRIES="3",
+                       FIRST_GONE_AFTER=str(GONE_AFTER), WORKER_TIMEOUT="600")
+        first = start(c, "node1", ["bash", script, "--", "hostname"], run_env)
+        rc1, _, err1 = finish({"node1": first})["node1"]
+        assert rc1 == 0, err1
+        run_dir = Path(env.get("HOME", "/root")) / ".hpcwizard/launch"
+        (run_dir / "taken.node2").write_text("owed\n")
+        began = time.monotonic()
+        late = start(c, "node2", ["bash", script, "--", "hostname"], run_env)
+        ended = _ended_at({"node2": late})
+        rc, _, err = finish({"node2": late}, timeout=30)["node2"]
+        last = (err.strip().splitlines() or [""])[-1]
+        assert rc == 3, err
+        assert re.search(r"node1 \(the first instance\) runs no launch: its last ended \d+s ago "
+                         r"with status 0, before this one began, and none has begun in "
+                         rf"{GONE_AFTER}s \(WAIT_TRIES=3, FIRST_GONE_AFTER={GONE_AFTER}\): "
+                         r"ending without the job's status$", last), err
+        # the wait for a first instance, then one and a half periods of asking at most
+        assert ended.get("node2", float("inf")) - began < 3 * GONE_AFTER + 30, err

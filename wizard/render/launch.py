@@ -145,6 +145,11 @@ if [ "$RANK" -eq 0 ]; then
   trap 'exit 129' HUP
   trap 'exit 130' INT
   trap 'exit 143' TERM
+  # a worker that asks learns that a launch runs here (begun after the last end)
+  if ! hw_rt_begun_record "$RUN_DIR/begun.$ME"; then
+    rm -f "$RUN_DIR/begun.$ME"  # an earlier launch's would say that none runs
+    log "could not keep the launch's start in $RUN_DIR/begun.$ME: workers cannot learn that it runs"
+  fi
 fi
 # ranks per host: SLOTS, else the hostfile's slots=, else 1; NP, else their sum
 hw_rt_slots "${SLOTS:-}" "${NP:-}" || die "$HW_RT_ERROR"
@@ -340,6 +345,11 @@ if [ "$RANK" -ne 0 ]; then
           take_end "$HW_RT_END_TIME" "the job did not run: $FIRST's launch ended with status $rc before its mpirun (from its record; its log says why)"
         fi
         take_end "$HW_RT_END_TIME" "the job ended with status $rc (from $FIRST's record: it could not tell this instance)"
+      elif [ -n "$HW_RT_IDLE_AGE" ] && [ -z "$daemon" ] && [ $((SECONDS - started)) -ge "$first_wait" ]; then
+        # no launch there to run the job here: none began after its last end, which came
+        # before this launch began, nor in the time a worker waits for a first instance
+        log "$FIRST (the first instance) runs no launch: its last ended ${HW_RT_IDLE_AGE}s ago with status $HW_RT_IDLE_STATUS, before this one began, and none has begun in ${first_wait}s (WAIT_TRIES=$WAIT_TRIES, FIRST_GONE_AFTER=$gone_after): ending without the job's status"
+        exit 3
       elif [ -n "$daemon_ended" ] && [ $((SECONDS - daemon_ended)) -ge "$gone_after" ]; then
         why="has no record of its end"
         if [ "$asked" -eq 2 ]; then why="could not be asked for its end ($HW_RT_ERROR)"; fi
