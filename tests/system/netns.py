@@ -228,6 +228,10 @@ class Cluster:
         self._kill_ns_pids(ns)
         _sh(["ip", "netns", "del", ns], check=False)
 
+    def kill_all(self, node: str) -> None:
+        """Every process in node's namespace (what a test ran there started)."""
+        self._kill_ns_pids(self.ns(node))
+
     def _kill_ns_pids(self, ns: str) -> None:
         """Every process still inside a namespace this module made (e.g. an orted)."""
         pids = [int(p) for p in _sh(["ip", "netns", "pids", ns], check=False).stdout.split()]

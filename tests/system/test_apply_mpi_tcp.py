@@ -1,7 +1,9 @@
 """Issue 2, system tests: `hpcwizard apply --framework mpi --network tcp --manual` for real on
 this machine, proven across three instances simulated with network namespaces (ssh and
 mpirun from node1), applied again (every step skipped), then undone: /etc/ssh and the
-target's ~/.ssh are byte for byte as before. Once for root, once for a user the test makes.
+target's ~/.ssh are byte for byte as before. Once for root, once for a user the test makes;
+as that user the exported launch script then runs a job on the three instances, starting
+each one's sshd itself as the user.
 
 Each test stands alone (pytest -k root / -k user): it installs the packages if they are
 missing and its undo purges them again. Teardown (fixture finalizers, in this order) stops
@@ -14,6 +16,7 @@ import contextlib
 import hashlib
 import os
 import pwd
+import re
 import signal
 import socket
 import stat
@@ -163,6 +166,60 @@ def load(record: Path) -> dict:
 def step_table(data: dict) -> str:
     return "\n".join(f"  {s['id']:<16} {s['status']:<10} exit {s.get('exit_code')} "
                      f"{s.get('diagnosis', '')}" for s in data["steps"])
+
+
+def _sshd_uids(cluster: Cluster, node: str) -> List[int]:
+    """The owners of the processes listening on PORT in node's namespace (ss names them)."""
+    ss = subprocess.run(["ip", "netns", "exec", cluster.ns(node), "ss", "-ltnpH",
+                         f"sport = :{PORT}"], capture_output=True, text=True, timeout=30)
+    return sorted({os.stat(f"/proc/{pid}").st_uid
+                   for pid in re.findall(r"pid=(\d+)", ss.stdout)})
+
+
+def _launch_as_user(cluster: Cluster, wizard: Wizard, target: Target) -> None:
+    """The exported launch script as the job's user on every instance, workers first, with
+    no sshd running there: each starts the user's own sshd (~/.sshd_config), the first
+    runs mpirun without --allow-run-as-root, and tells the workers the end. The nodes
+    share /home, so the sshd the launch starts write over the pid file of the one apply
+    started, kept and put back after."""
+    script = cluster.tmp / "launch.sh"
+    proc = wizard.run("export", "--framework", "mpi", "--network", "tcp", "--manual",
+                      "--format", "launch", "-o", str(script), *target.apply_args())
+    assert proc.returncode == 0, f"export failed{show(proc)}"
+    script.chmod(0o755)
+    pid_file = target.ssh_dir / "sshd.pid"
+    kept = pid_file.read_bytes()
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME": str(target.home),
+           "USER": target.name, "LOGNAME": target.name, "LANG": "C.UTF-8",
+           "HOSTS": ",".join(cluster.names), "WAIT_TRIES": "6"}
+    procs = {}
+    try:
+        for node in reversed(cluster.names):  # node1, the first instance, last
+            procs[node] = subprocess.Popen(
+                cluster.argv(node, ["bash", str(script), "--", "hostname"], target.user),
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True, env=env, cwd="/")
+        out = {}
+        for node, p in procs.items():
+            try:
+                out[node] = (*p.communicate(timeout=180), p.returncode)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out[node] = (*p.communicate(), "killed after 180s")
+        report = "".join(f"\n--- {n}: exit {rc}\n{so}{se}" for n, (so, se, rc) in out.items())
+        assert all(rc == 0 for _, _, rc in out.values()), report
+        assert sorted(out["node1"][0].split()) == cluster.names, report
+        uid = pwd.getpwnam(target.name).pw_uid
+        for node in cluster.names:
+            assert f"started sshd on port {PORT}" in out[node][1], report
+            assert _sshd_uids(cluster, node) == [uid], f"{node}: sshd not the user's{report}"
+        for node in cluster.names[1:]:
+            assert out[node][1].strip().splitlines()[-1].endswith(
+                "the job ended with status 0"), report
+    finally:
+        for node in cluster.names:
+            cluster.kill_all(node)
+        pid_file.write_bytes(kept)
 
 
 # --- fixtures (teardown runs in reverse: cluster, then wizard, then target) ---------------
@@ -323,6 +380,11 @@ def test_apply_prove_across_namespaces_then_undo(target: Target, wizard: Wizard,
                         user=user, cwd=str(work), timeout=120)
     assert built.returncode == 0 and sorted(built.stdout.splitlines()) == \
         ["hello 0 of 2", "hello 1 of 2"], f"mpicc hello.c && mpirun -np 2 failed{show(built)}"
+
+    # 2b. the launch script as that user, which starts each instance's sshd itself
+    if user:
+        cluster.stop_daemons()
+        _launch_as_user(cluster, wizard, target)
 
     # 3. a second apply finds everything done
     proc2, record2 = wizard.apply("second")
