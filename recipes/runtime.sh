@@ -888,7 +888,7 @@ hw_rt_wait() {
       return 1
     fi
     _hw_rt_log "waiting for $h ($what), try $try of $tries, next in ${delay}s"
-    hw_rt_rest "$delay"  # a builtin: a wait ended by a signal leaves no sleep behind
+    sleep "$delay"
     try=$((try + 1))
     delay=$((delay * 2 < _HW_RT_MAX_DELAY ? delay * 2 : _HW_RT_MAX_DELAY))
   done
@@ -971,8 +971,9 @@ hw_rt_end_record() {
   _hw_rt_record "$1" "$2 $HW_RT_END_TIME${3:+ $3}"
 }
 
-# hw_rt_begun_record FILE: the first instance's record that a launch began there, its time
-# by the same clock as its records of ends: a worker that asks learns whether a launch runs.
+# hw_rt_begun_record FILE: the first instance's mark that a launch runs there (its start),
+# which the launch removes once it has kept its end: a worker that asks learns whether one
+# runs, with no two clocks compared.
 # shellcheck disable=SC2317,SC2329  # the MPI launch uses it; PyTorch's and verify do not
 hw_rt_begun_record() {
   _hw_rt_record_time
@@ -1018,16 +1019,17 @@ hw_rt_clock() {
 # HW_RT_END_WHAT: 'job', or 'launch' when the job did not run. The session is
 # opened first, then HOST's clock read: between the two lines of the dialogue, not the
 # whole login, lies the uncertainty, so a record written a second after START is taken.
-# Status 1: no record that young (the job runs, or an earlier run's); then, when HOST's
-# last launch began before its last end (hw_rt_begun_record), so that none runs there,
-# that end's status -> HW_RT_IDLE_STATUS and its age in seconds -> HW_RT_IDLE_AGE. Status
-# 2: HOST was not asked (ssh failed or gave no answer within _HW_RT_ASK_SECONDS;
-# HW_RT_ERROR says why).
+# Status 1: no record that young (the job runs, or an earlier run's), or one of a launch
+# that ended before its job while another runs there now; then, when the record is older
+# than START by 2 seconds or more and no launch runs on HOST (DIR/begun.HOST absent,
+# hw_rt_begun_record), its status -> HW_RT_IDLE_STATUS and its age in seconds ->
+# HW_RT_IDLE_AGE. Status 2: HOST was not asked (ssh failed or gave no answer within
+# _HW_RT_ASK_SECONDS; HW_RT_ERROR says why).
 _HW_RT_ASK_SECONDS=30  # the whole ask, login included; ssh still running then is ended
 # shellcheck disable=SC2317,SC2329,SC2034  # the MPI launch uses it; PyTorch's and verify do not
 hw_rt_end_ask() {
   local line last='' t1='' said='' rc='' slack=0 pid rfd wfd left
-  local d=$_HW_RT_DIGIT now status t what begun
+  local d=$_HW_RT_DIGIT now status t what begun age waited
   local re="^hw_end ($d{1,19})( ($d{1,3}) ($d{1,19})( launch)?)? +begun( ($d{1,19}))? *\$"
   local deadline=$((SECONDS + _HW_RT_ASK_SECONDS))
   HW_RT_END_STATUS='' HW_RT_END_TIME='' HW_RT_END_WHAT='' HW_RT_ERROR=''
@@ -1086,12 +1088,15 @@ hw_rt_end_ask() {
   # HOST's clock before its record (no date there, or a clock stepped back): its age unknown
   if ((10#$now < 10#$t)); then return 1; fi
   # written at (t1 - its age) or later by this clock: after START for certain, or not taken
-  if ((10#$now - 10#$t >= 10#$t1 - 10#$4 - slack)); then
-    if [ -n "$begun" ] && ((10#$begun < 10#$t)); then
-      HW_RT_IDLE_STATUS=$((10#$status)) HW_RT_IDLE_AGE=$(((10#$now - 10#$t) / 1000000))
+  age=$((10#$now - 10#$t)) waited=$((10#$t1 - 10#$4))
+  if ((age >= waited - slack)); then
+    if [ -z "$begun" ] && ((age >= waited + 2000000)); then
+      HW_RT_IDLE_STATUS=$((10#$status)) HW_RT_IDLE_AGE=$((age / 1000000))
     fi
     return 1
   fi
+  # a launch that gave up before its job, and another begun since: that one may run it
+  if [ -n "$what" ] && [ -n "$begun" ]; then return 1; fi
   HW_RT_END_STATUS=$((10#$status)) HW_RT_END_TIME=$t HW_RT_END_WHAT=job
   if [ -n "$what" ]; then HW_RT_END_WHAT=launch; fi
   return 0

@@ -151,11 +151,14 @@ def test_a_first_instance_stopped_before_its_job_keeps_that_end(tmp_path, sig, s
     proc = subprocess.Popen(["bash", str(_script(tmp_path)), "--", "hostname"], env=env,
                             stderr=subprocess.PIPE, text=True)
     _wait_until(lambda: "probe node03" in _calls(fk))
+    run_dir = fk["home"] / ".hpcwizard/launch"
+    assert (run_dir / "begun.node01").exists()  # a launch runs here, workers that ask learn
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == status, err
-    record = fk["home"] / ".hpcwizard/launch/end.node01"
+    record = run_dir / "end.node01"
     assert re.fullmatch(rf"{status} \d{{16,19}} launch\n", record.read_text()), err
+    assert not (run_dir / "begun.node01").exists()
     assert "mpirun" not in "".join(_calls(fk))
 
 
@@ -438,7 +441,9 @@ def test_the_first_instance_keeps_the_jobs_status_before_it_tells(tmp_path):
     run_dir = fk["home"] / ".hpcwizard/launch"
     (tmp_path / "bin/ssh").write_text(
         f'#!/bin/bash\n{_SSH_HOST}echo "tell $h sees $(cat {run_dir}/end.node01)" >> {fk["log"]}\n')
-    (tmp_path / "bin/mpirun").write_text("#!/bin/bash\nexit 5\n")
+    (tmp_path / "bin/mpirun").write_text(
+        f'#!/bin/bash\n[ -s {run_dir}/begun.node01 ] && echo "begun while mpirun ran" >> {fk["log"]}\n'
+        'exit 5\n')
     env = {**fk["env"], "HOSTS": "node01,node02,node03"}
     before = time.time()
     r = _run(tmp_path, launch_script(plan("mpi", "tcp")), env, ["--", "hostname"])
@@ -447,12 +452,11 @@ def test_the_first_instance_keeps_the_jobs_status_before_it_tells(tmp_path):
     status, written = record.read_text().split()
     assert status == "5" and before <= int(written) / 1e6 <= time.time(), record.read_text()
     assert record.stat().st_mode & 0o077 == 0
-    # its start, by the same clock: before the end, so no launch runs there now
-    begun = run_dir / "begun.node01"
-    assert before <= int(begun.read_text()) / 1e6 < int(written) / 1e6, begun.read_text()
-    assert begun.stat().st_mode & 0o077 == 0
+    # its mark that a launch runs there is gone once the end is kept, before any tell
+    assert not (run_dir / "begun.node01").exists()
     told = [c for c in _calls(fk) if c.startswith("tell ")]
     assert sorted(told) == [f"tell {h} sees 5 {written}" for h in ("node02", "node03")], told
+    assert "begun while mpirun ran" in _calls(fk)
 
 
 def test_a_worker_not_told_asks_the_first_instance_and_ends_with_the_jobs_status(tmp_path):
@@ -462,11 +466,14 @@ def test_a_worker_not_told_asks_the_first_instance_and_ends_with_the_jobs_status
     fk = _fakes(tmp_path, "node02", HOSTS)
     record = _first_over_ssh(tmp_path, fk)
     record.write_text(f"7 {_us(time.time() - 100)}\n")  # an earlier run's
+    begun = record.with_name("begun.node01")
+    begun.write_text(f"{_us(time.time() - 10)}\n")  # this run's launch runs there
     env = {**fk["env"], "HOSTS": "node01,node02", "FIRST_GONE_AFTER": "3"}
     proc, seen = _worker_waiting(tmp_path, env)
     _wait_until(lambda: _asks(fk) >= 2)
     assert proc.poll() is None, "".join(seen)
     record.write_text(f"5 {_us(time.time())}\n")
+    begun.unlink()
     _, err = proc.communicate(timeout=30)
     err = "".join(seen) + err
     assert proc.returncode == 5, err
@@ -572,52 +579,57 @@ def test_asking_for_the_record_tells_this_runs_from_an_earlier_ones(tmp_path, re
     assert r.stdout == f"{want[0]}|{want[1]}|{what}", r.stderr
 
 
-@pytest.mark.parametrize("record, begun, idle", [
-    ("0 {now-200}", "{now-300}", "0 200"),      # its last launch ended before this worker
-    ("2 {now-200} launch", "{now-300}", "2 200"),
-    ("0 {now-200}", "{now-100}", ""),           # one began since: it runs
-    ("0 {now-200}", None, ""),                  # no record of a start: unknown, not idle
-    (None, "{now-300}", ""),
-    ("0 {now}", "{now-300}", ""),               # this run's end: taken, not idle
+@pytest.mark.parametrize("record, running, want", [
+    ("0 {now-200}", False, (1, "", "0 200")),       # its last launch ended before this worker
+    ("2 {now-200} launch", False, (1, "", "2 200")),
+    ("0 {now-200}", True, (1, "", "")),             # a launch runs there now
+    (None, False, (1, "", "")),                     # no record: not known to keep any
+    ("0 {now-100.5}", False, (1, "", "")),          # within 2 s of this worker's start
+    ("0 {now}", False, (0, "0", "")),               # this run's end: taken
+    ("0 {now-5}", True, (0, "0", "")),              # this run's end, another launch since
+    ("2 {now-5} launch", False, (0, "2", "")),
+    ("2 {now-5} launch", True, (1, "", "")),        # gave up; the one begun since may run it
 ])
-def test_asking_tells_whether_a_launch_runs_on_the_first_instance(tmp_path, record, begun, idle):
-    """The worker has waited 100 s; the first instance's records of its last end and its
-    last start say whether any launch runs there."""
+def test_asking_tells_whether_a_launch_runs_on_the_first_instance(tmp_path, record, running,
+                                                                  want):
+    """The worker has waited 100 s; the first instance's record of its last end, and its
+    mark while a launch runs (begun.node01), say whether one will run the job here."""
     fk = _fakes(tmp_path, "node02", HOSTS)
     path = _first_over_ssh(tmp_path, fk)
     now = time.time()
-    for text, f in ((record, path), (begun, path.with_name("begun.node01"))):
-        if text is not None:
-            f.write_text(re.sub(r"\{now(-[0-9.]+)?\}",
-                                lambda m: str(_us(now + float(m.group(1) or 0))), text) + "\n")
+    if record is not None:
+        path.write_text(re.sub(r"\{now(-[0-9.]+)?\}",
+                               lambda m: str(_us(now + float(m.group(1) or 0))), record) + "\n")
+    if running:
+        path.with_name("begun.node01").write_text(f"{_us(now - 2)}\n")
     script = (runtime.library() + "\nrc=0\nhw_rt_clock now\nstart=$((now - 100000000))\n"
               "hw_rt_end_ask node01 2222 .hpcwizard/launch $start || rc=$?\n"
-              'printf "%s|%s" "$rc" "$HW_RT_IDLE_STATUS $HW_RT_IDLE_AGE"\n')
+              'printf "%s|%s|%s" "$rc" "$HW_RT_END_STATUS" "$HW_RT_IDLE_STATUS $HW_RT_IDLE_AGE"\n')
     r = subprocess.run(["bash", "-c", script], env=fk["env"], capture_output=True, text=True,
                        timeout=30)
-    rc, got = r.stdout.split("|")
-    assert rc == ("0" if record == "0 {now}" else "1"), r.stderr
-    assert got.strip() == idle, r.stdout
+    rc, status, idle = r.stdout.split("|")
+    assert (int(rc), status, idle.strip()) == want, r.stderr
 
 
-def _worker_after_first(tmp_path, ended_ago: float, began_ago: float):
-    """A worker waiting (FIRST_GONE_AFTER=3), its first instance's last launch begun and
-    ended so many seconds ago by the records there: fakes, the record, the worker, its lines."""
+def _worker_after_first(tmp_path, running: bool):
+    """A worker waiting (FIRST_GONE_AFTER=3), its first instance's last launch ended 50 s
+    ago, another running there or not: fakes, the record, the worker, its lines."""
     fk = _fakes(tmp_path, "node02", HOSTS)
     record = _first_over_ssh(tmp_path, fk)
     now = time.time()
-    record.write_text(f"0 {_us(now - ended_ago)}\n")
-    record.with_name("begun.node01").write_text(f"{_us(now - began_ago)}\n")
+    record.write_text(f"0 {_us(now - 50)}\n")
+    if running:
+        record.with_name("begun.node01").write_text(f"{_us(now - 40)}\n")
     env = {**fk["env"], "HOSTS": "node01,node02", "FIRST_GONE_AFTER": "3"}
     return (fk, record, *_worker_waiting(tmp_path, env))
 
 
 def test_a_worker_ends_when_the_first_instance_runs_no_launch(tmp_path):
-    """The first instance's last launch began and ended before this worker began, and no
-    other begins (its sshd still answers): after the wait for a first instance that has
-    not come (FIRST_GONE_AFTER here), the worker ends with a line saying why."""
+    """The first instance's last launch ended before this worker began, and none runs
+    there (its sshd still answers): after the wait for a first instance that has not come
+    (FIRST_GONE_AFTER here), the worker ends with a line saying why."""
     started = time.monotonic()
-    fk, _, proc, seen = _worker_after_first(tmp_path, ended_ago=50, began_ago=60)
+    fk, _, proc, seen = _worker_after_first(tmp_path, running=False)
     _, err = proc.communicate(timeout=60)
     err = "".join(seen) + err
     assert proc.returncode == 3, err
@@ -631,7 +643,7 @@ def test_a_worker_ends_when_the_first_instance_runs_no_launch(tmp_path):
 def test_a_worker_waits_on_while_a_launch_runs_on_the_first_instance(tmp_path):
     """A launch began there after its last end (it waits for other workers, say): the
     worker asks on, past the wait for a first instance, and takes the end when it comes."""
-    fk, record, proc, seen = _worker_after_first(tmp_path, ended_ago=50, began_ago=40)
+    fk, record, proc, seen = _worker_after_first(tmp_path, running=True)
     started = time.monotonic()
     _wait_until(lambda: _asks(fk) >= 3 and time.monotonic() - started > 4)
     assert proc.poll() is None, "".join(seen)

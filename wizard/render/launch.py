@@ -130,6 +130,13 @@ if [ "${#ENV_KEPT[@]}" -gt 0 ]; then log "from the environment, not the plan: ${
 '''
 
 _MPI = r'''
+# keep_end STATUS [launch]: the first instance's record of its end, for a worker this
+# instance cannot tell to ask for; then no launch runs here
+keep_end() {
+  hw_rt_end_record "$RUN_DIR/end.$ME" "$@" ||
+    log "could not keep the job's status in $RUN_DIR/end.$ME: a worker not told cannot ask for it"
+  rm -f "$RUN_DIR/begun.$ME"
+}
 if [ "$RANK" -eq 0 ]; then
   # Until mpirun runs, an end of this launch (a worker never ready, a refusal, a signal) is
   # kept as the job's end would be, marked as the launch's: a worker waiting for a job that
@@ -139,17 +146,15 @@ if [ "$RANK" -eq 0 ]; then
     local status=$?
     # shellcheck disable=SC2046  # one pid a word
     kill $(jobs -pr) 2>/dev/null || true
-    hw_rt_end_record "$RUN_DIR/end.$ME" "$status" launch
+    keep_end "$status" launch
   }
   trap launch_ended EXIT
   trap 'exit 129' HUP
   trap 'exit 130' INT
   trap 'exit 143' TERM
-  # a worker that asks learns that a launch runs here (begun after the last end)
-  if ! hw_rt_begun_record "$RUN_DIR/begun.$ME"; then
-    rm -f "$RUN_DIR/begun.$ME"  # an earlier launch's would say that none runs
-    log "could not keep the launch's start in $RUN_DIR/begun.$ME: workers cannot learn that it runs"
-  fi
+  # while this launch runs, a worker that asks learns that one runs here
+  hw_rt_begun_record "$RUN_DIR/begun.$ME" ||
+    log "could not mark $RUN_DIR/begun.$ME: a worker that asks may take this instance to run no launch"
 fi
 # ranks per host: SLOTS, else the hostfile's slots=, else 1; NP, else their sum
 hw_rt_slots "${SLOTS:-}" "${NP:-}" || die "$HW_RT_ERROR"
@@ -481,8 +486,7 @@ hw_rt_clock T_JOB
 # then to every worker, AT_ONCE at a time, each tried TELL_TRIES times. A worker not told
 # asks for the record, or ends by itself (FIRST_GONE_AFTER, WORKER_TIMEOUT); this instance
 # names it in its last line.
-hw_rt_end_record "$RUN_DIR/end.$ME" "$rc" ||
-  log "could not keep the job's status in $RUN_DIR/end.$ME: a worker not told cannot ask for it"
+keep_end "$rc"
 TELL_TRIES=3
 TELL_OVER=()  # the shared connection, never a new one that would outlive this script
 if [ "${#SHARE[@]}" -gt 0 ]; then TELL_OVER=("${SHARE[@]}" -o ControlMaster=no); fi
