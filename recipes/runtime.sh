@@ -1020,11 +1020,10 @@ hw_rt_clock() {
 # opened first, then HOST's clock read: between the two lines of the dialogue, not the
 # whole login, lies the uncertainty, so a record written a second after START is taken.
 # Status 1: no record that young (the job runs, or an earlier run's), or one of a launch
-# that ended before its job while another runs there now; then, when the record is older
-# than START by 2 seconds or more and no launch runs on HOST (DIR/begun.HOST absent,
-# hw_rt_begun_record), its status -> HW_RT_IDLE_STATUS and its age in seconds ->
-# HW_RT_IDLE_AGE. Status 2: HOST was not asked (ssh failed or gave no answer within
-# _HW_RT_ASK_SECONDS; HW_RT_ERROR says why).
+# that ended before its job while another runs there now; then, when there is a record
+# not taken and no launch runs on HOST (DIR/begun.HOST absent, hw_rt_begun_record), its
+# status -> HW_RT_IDLE_STATUS and its age in seconds -> HW_RT_IDLE_AGE. Status 2: HOST was
+# not asked (ssh failed or gave no answer within _HW_RT_ASK_SECONDS; HW_RT_ERROR says why).
 _HW_RT_ASK_SECONDS=30  # the whole ask, login included; ssh still running then is ended
 # shellcheck disable=SC2317,SC2329,SC2034  # the MPI launch uses it; PyTorch's and verify do not
 hw_rt_end_ask() {
@@ -1037,16 +1036,18 @@ hw_rt_end_ask() {
   if [ -z "${EPOCHREALTIME:-}" ]; then slack=1000000; fi  # whole seconds: err towards older
   # The dialogue: HOST says hw_ready, this side notes its clock and says go, HOST answers
   # with its time (microseconds; a date without %N gives the end of its second: the record
-  # older) and the record; then ssh's status. The remote side is the user's login shell:
-  # POSIX sh only, its $(...) runs there. The coproc outlives ssh until told (the last
-  # read): its file descriptors stay this function's to read and close. ssh runs as the
-  # coproc's own job, so that a TERM to the coproc ends an ssh that hangs (a login or a
-  # remote command that never returns, which ServerAlive does not see: HOST answers).
+  # older), the record and the mark of a running launch (read before the record: the first
+  # keeps its end, then removes the mark); then ssh's status. The remote side is the
+  # user's login shell: POSIX sh only, its $(...) runs there. The coproc outlives ssh until
+  # told (the last read): its file descriptors stay this function's to read and close. ssh
+  # runs as the coproc's own job, so that a TERM to the coproc ends an ssh that hangs (a
+  # login or a remote command that never returns, which ServerAlive does not see: HOST
+  # answers).
   coproc _HW_RT_ASK {
     trap 'kill $(jobs -pr) 2>/dev/null' TERM  # ssh while it runs, never a reaped pid
     ssh -o BatchMode=yes -o ConnectTimeout=5 -o ServerAliveInterval=5 \
       -o ServerAliveCountMax=2 -p "$2" "$1" \
-      "echo hw_ready; read -r go; t=\$(date +%s%N 2>/dev/null); case \$t in ''|*[!0123456789]*) t=\$(date +%s)999999999 ;; esac; echo \"hw_end \${t%???} \$(cat $3/end.$1 2>/dev/null) begun \$(cat $3/begun.$1 2>/dev/null)\"" \
+      "echo hw_ready; read -r go; t=\$(date +%s%N 2>/dev/null); case \$t in ''|*[!0123456789]*) t=\$(date +%s)999999999 ;; esac; b=\$(cat $3/begun.$1 2>/dev/null); echo \"hw_end \${t%???} \$(cat $3/end.$1 2>/dev/null) begun \$b\"" \
       <&0 2>&1 &
     wait "$!"
     echo "hw_ssh_exit $?"
@@ -1090,7 +1091,7 @@ hw_rt_end_ask() {
   # written at (t1 - its age) or later by this clock: after START for certain, or not taken
   age=$((10#$now - 10#$t)) waited=$((10#$t1 - 10#$4))
   if ((age >= waited - slack)); then
-    if [ -z "$begun" ] && ((age >= waited + 2000000)); then
+    if [ -z "$begun" ]; then
       HW_RT_IDLE_STATUS=$((10#$status)) HW_RT_IDLE_AGE=$((age / 1000000))
     fi
     return 1

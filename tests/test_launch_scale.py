@@ -584,7 +584,7 @@ def test_asking_for_the_record_tells_this_runs_from_an_earlier_ones(tmp_path, re
     ("2 {now-200} launch", False, (1, "", "2 200")),
     ("0 {now-200}", True, (1, "", "")),             # a launch runs there now
     (None, False, (1, "", "")),                     # no record: not known to keep any
-    ("0 {now-100.5}", False, (1, "", "")),          # within 2 s of this worker's start
+    ("0 {now-100.5}", False, (1, "", "0 100")),     # just before this worker's start
     ("0 {now}", False, (0, "0", "")),               # this run's end: taken
     ("0 {now-5}", True, (0, "0", "")),              # this run's end, another launch since
     ("2 {now-5} launch", False, (0, "2", "")),

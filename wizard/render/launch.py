@@ -135,7 +135,7 @@ _MPI = r'''
 keep_end() {
   hw_rt_end_record "$RUN_DIR/end.$ME" "$@" ||
     log "could not keep the job's status in $RUN_DIR/end.$ME: a worker not told cannot ask for it"
-  rm -f "$RUN_DIR/begun.$ME"
+  rm -f "$RUN_DIR/begun.$ME" 2>/dev/null || true
 }
 if [ "$RANK" -eq 0 ]; then
   # Until mpirun runs, an end of this launch (a worker never ready, a refusal, a signal) is
