@@ -442,8 +442,8 @@ def test_the_first_instance_keeps_the_jobs_status_before_it_tells(tmp_path):
     (tmp_path / "bin/ssh").write_text(
         f'#!/bin/bash\n{_SSH_HOST}echo "tell $h sees $(cat {run_dir}/end.node01)" >> {fk["log"]}\n')
     (tmp_path / "bin/mpirun").write_text(
-        f'#!/bin/bash\n[ -s {run_dir}/begun.node01 ] && echo "begun while mpirun ran" >> {fk["log"]}\n'
-        'exit 5\n')
+        f'#!/bin/bash\n[ -s {run_dir}/begun.node01 ] && '
+        f'echo "begun while mpirun ran" >> {fk["log"]}\nexit 5\n')
     env = {**fk["env"], "HOSTS": "node01,node02,node03"}
     before = time.time()
     r = _run(tmp_path, launch_script(plan("mpi", "tcp")), env, ["--", "hostname"])

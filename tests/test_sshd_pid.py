@@ -248,13 +248,16 @@ def test_the_launch_script_never_signals_and_reports_what_the_pid_file_names():
     reader = ops.functions("_hw_sshd_pid")
     assert reader in text
     # the only signals: the end-of-job ask ends the coproc it started itself, and the
-    # coproc, told so, ends its own ssh job while it runs (one that hangs would outlive it)
+    # coproc, told so, ends its own ssh job while it runs (one that hangs would outlive it);
+    # the first instance, ending before its job, ends its own background waits
     kills = [ln.strip() for ln in text.replace(reader, "").splitlines()
              if "kill" in ln.split("#", 1)[0]]
     assert kills == ["trap 'kill $(jobs -pr) 2>/dev/null' TERM  # ssh while it runs, never a "
                      "reaped pid",
                      'kill "$pid" 2>/dev/null || true  # the coproc this function started, '
-                     "never a pid file's"], kills
+                     "never a pid file's",
+                     "kill $(jobs -pr) 2>/dev/null || true  # its own waits for workers' "
+                     "ports"], kills
     assert "pid=$_HW_RT_ASK_PID " in text
     assert "pid=$(_hw_sshd_pid 2>&1)" in text
 

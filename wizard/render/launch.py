@@ -145,7 +145,7 @@ if [ "$RANK" -eq 0 ]; then
   launch_ended() {
     local status=$?
     # shellcheck disable=SC2046  # one pid a word
-    kill $(jobs -pr) 2>/dev/null || true
+    kill $(jobs -pr) 2>/dev/null || true  # its own waits for workers' ports
     keep_end "$status" launch
   }
   trap launch_ended EXIT
