@@ -351,8 +351,8 @@ if [ "$RANK" -ne 0 ]; then
         fi
         take_end "$HW_RT_END_TIME" "the job ended with status $rc (from $FIRST's record: it could not tell this instance)"
       elif [ -n "$HW_RT_IDLE_AGE" ] && [ -z "$daemon" ] && [ $((SECONDS - started)) -ge "$first_wait" ]; then
-        # no launch there to run the job here: none began after its last end, which came
-        # before this launch began, nor in the time a worker waits for a first instance
+        # no launch there to run the job here: none runs there (no mark), its last end
+        # came before this launch began, and none has begun in a worker's wait for one
         log "$FIRST (the first instance) runs no launch: its last ended ${HW_RT_IDLE_AGE}s ago with status $HW_RT_IDLE_STATUS, before this one began, and none has begun in ${first_wait}s (WAIT_TRIES=$WAIT_TRIES, FIRST_GONE_AFTER=$gone_after): ending without the job's status"
         exit 3
       elif [ -n "$daemon_ended" ] && [ $((SECONDS - daemon_ended)) -ge "$gone_after" ]; then
